@@ -1,0 +1,126 @@
+"""Parse and print quantities with units (SI prefixes), at the edges of the program only.
+
+Inside, every quantity is a float in base units with the unit in its name: seconds (`_s`),
+bytes (`_bytes`), bits per second (`_bps`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sgdscale.errors import UserError
+
+_SI = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "g": 1e9, "G": 1e9, "t": 1e12, "T": 1e12}
+_BINARY = {"Ki": 1024.0, "Mi": 1024.0**2, "Gi": 1024.0**3, "Ti": 1024.0**4}
+_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+
+
+def _split(text: str, what: str, example: str) -> tuple[float, str]:
+    match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/]*)\s*", str(text))
+    if not match:
+        if str(text).strip().startswith("-"):
+            raise UserError(f"{what} must be positive, got '{text}' (e.g. {example})")
+        raise UserError(f"cannot read {what} '{text}' (e.g. {example})")
+    return float(match.group(1)), match.group(2)
+
+
+def parse_bandwidth_bps(text: str | float) -> float:
+    """'10Gbit', '10Gbps', '200Mbit', '1.25GB/s', '100MiB/s' or a number of bit/s -> bit/s."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        value, unit = _split(text, "bandwidth", "10Gbit, 200Mbit, 1.25GB/s")
+    unit = unit.removesuffix("/s")
+    for suffix, bits_per_unit in (("bit", 1.0), ("bps", 1.0), ("Bps", 8.0), ("B", 8.0), ("b", 1.0), ("", 1.0)):
+        if unit.endswith(suffix):
+            stem = unit[: len(unit) - len(suffix)]
+            break
+    scale = _BINARY.get(stem) or _SI.get(stem)
+    if scale is None:
+        raise UserError(f"unknown bandwidth unit '{unit}' in '{text}' (use e.g. 10Gbit, 200Mbit, 1.25GB/s)")
+    bps = value * scale * bits_per_unit
+    if bps <= 0:
+        raise UserError(f"bandwidth must be positive, got '{text}'")
+    return bps
+
+
+def parse_time_s(text: str | float, what: str = "time") -> float:
+    """'20us', '1.5ms', '2s', '0' or a number of seconds -> seconds (>= 0)."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), "s"
+    else:
+        value, unit = _split(text, what, "20us, 1.5ms, 0")
+    scale = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}.get(unit)
+    if scale is None:
+        raise UserError(f"unknown {what} unit '{unit}' in '{text}' (use s, ms, us or ns, e.g. 20us)")
+    if value < 0:
+        raise UserError(f"{what} must not be negative, got '{text}'")
+    return value * scale
+
+
+def parse_size_bytes(text: str | float, what: str = "size") -> float:
+    """'25MB', '1MiB', '512kB', '4096' -> bytes."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), "B"
+    else:
+        value, unit = _split(text, what, "25MB, 1MiB")
+    stem = unit[:-1] if unit.endswith("B") else unit
+    scale = _BINARY.get(stem) or _SI.get(stem)
+    if scale is None:
+        raise UserError(f"unknown {what} unit '{unit}' in '{text}' (use e.g. 25MB, 1MiB, 4096)")
+    return value * scale
+
+
+def parse_workers(text: str) -> list[int]:
+    """'1,2,4', '1-64', '1-64:x2' (doubling) or '8' -> sorted unique worker counts (each >= 1)."""
+    counts: set[int] = set()
+    for part in str(text).split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(-?\d+)(?:-(\d+)(?::x(\d+))?)?", part)
+        if not match:
+            raise UserError(f"cannot read worker counts '{text}' (use e.g. 8, 1,2,4 or 1-64 or 1-64:x2)")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+        if low < 1 or high < 1:
+            raise UserError(f"worker counts must be at least 1, got '{part}'")
+        if high < low:
+            raise UserError(f"worker range '{part}' runs backwards; write it as {high}-{low}")
+        if match.group(3):
+            factor = int(match.group(3))
+            if factor < 2:
+                raise UserError(f"range step ':x{factor}' must multiply by at least 2")
+            n = low
+            while n <= high:
+                counts.add(n)
+                n *= factor
+        else:
+            counts.update(range(low, high + 1))
+    return sorted(counts)
+
+
+def format_seconds(seconds: float) -> str:
+    """Seconds in the most readable unit: '1.25 s', '12.3 ms', '45.0 us'."""
+    magnitude = abs(seconds)
+    if magnitude >= 1.0:
+        return f"{seconds:.3g} s" if magnitude < 100 else f"{seconds:.0f} s"
+    if magnitude >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    if magnitude >= 1e-6 or magnitude == 0:
+        return f"{seconds * 1e6:.3g} us"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def format_bytes(nbytes: float) -> str:
+    """Bytes in decimal units: '97.5 MB'."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def format_bandwidth(bps: float) -> str:
+    """Bit/s in decimal units: '10 Gbit/s'."""
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
