@@ -1,0 +1,104 @@
+"""What a predictor returns (`Outcome`) and what `sgdscale predict` reports (`Prediction`).
+
+Both methods (fine-grained simulation, coarse-grained model) return an `Outcome` for one worker
+count; `predict.py` turns outcomes into `Result`s by adding speedup and efficiency against the
+same method's one-worker outcome, and collects them into a `Prediction` (`sgdscale.prediction/1`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+PREDICTION_SCHEMA = "sgdscale.prediction/1"
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Mean time per step of one worker, split into what it was doing.
+
+    compute_s: forward, backward, optimizer, data. exposed_comm_s: communication not hidden behind
+    compute. wait_s: idle at a barrier or for a busy server (other workers, stragglers, queueing).
+    """
+
+    compute_s: float
+    exposed_comm_s: float
+    wait_s: float
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One interval of a predicted timeline (Chrome trace 'X' event, in seconds)."""
+
+    name: str
+    start_s: float
+    duration_s: float
+    process: str  # e.g. "worker 0", "server 1"
+    thread: str  # e.g. "compute", "comm", "nic out"
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """One method's answer for one cluster size."""
+
+    iteration_s: np.ndarray  # per-step times of a worker (steady state, warm-up excluded)
+    throughput: float  # samples/s over the whole cluster
+    breakdown: Breakdown
+    bottleneck: str  # what limits throughput, in words a user understands
+    utilization: dict[str, float] = field(default_factory=dict)  # resource -> busy fraction
+    timeline: list[TraceEvent] | None = None
+
+
+@dataclass
+class Result:
+    workers: int
+    method: str  # "fine" | "coarse"
+    throughput: float
+    iteration_s: dict[str, float]  # mean, p50, p95
+    speedup: float
+    efficiency: float
+    breakdown: Breakdown
+    bottleneck: str
+    utilization: dict[str, float] = field(default_factory=dict)
+    predict_time_s: float = 0.0  # how long the predictor took
+    timeline: list[TraceEvent] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_outcome(cls, workers: int, method: str, outcome: Outcome, single_worker_throughput: float,
+                     predict_time_s: float = 0.0) -> Result:
+        steps = np.asarray(outcome.iteration_s, dtype=float)
+        speedup = outcome.throughput / single_worker_throughput if single_worker_throughput > 0 else float("nan")
+        return cls(
+            workers=workers,
+            method=method,
+            throughput=float(outcome.throughput),
+            iteration_s={
+                "mean": float(steps.mean()),
+                "p50": float(np.percentile(steps, 50)),
+                "p95": float(np.percentile(steps, 95)),
+            },
+            speedup=float(speedup),
+            efficiency=float(speedup / workers),
+            breakdown=outcome.breakdown,
+            bottleneck=outcome.bottleneck,
+            utilization=dict(outcome.utilization),
+            predict_time_s=predict_time_s,
+            timeline=outcome.timeline,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("timeline")
+        return data
+
+
+@dataclass
+class Prediction:
+    inputs: dict[str, Any]
+    results: list[Result]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": PREDICTION_SCHEMA, "inputs": self.inputs, "results": [r.to_json() for r in self.results]}

@@ -1,0 +1,50 @@
+"""How the workers coordinate: sync/async, all-reduce or parameter server, gradient grouping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sgdscale.comm.cost import ALGORITHMS
+from sgdscale.errors import UserError
+
+KINDS = ("allreduce", "ps-sync", "ps-async")
+GROUPINGS = ("per-tensor", "per-layer", "buckets", "single", "mg-wfbp")
+PLACEMENTS = ("round-robin", "size")
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way of running data-parallel SGD.
+
+    `bucket_bytes` and `first_bucket_bytes` follow PyTorch DDP (`bucket_cap_mb` is in MiB; the first
+    bucket is capped at 1 MiB). `placement` puts parameter tensors on server shards round-robin in
+    forward order (TensorFlow's default) or greedily by size.
+    """
+
+    kind: str = "allreduce"
+    grouping: str = "buckets"
+    bucket_bytes: float = 25 * MIB
+    first_bucket_bytes: float = 1 * MIB
+    algorithm: str = "ring"
+    placement: str = "round-robin"
+
+    def __post_init__(self) -> None:
+        for value, allowed, what in (
+            (self.kind, KINDS, "strategy"),
+            (self.grouping, GROUPINGS, "grouping"),
+            (self.algorithm, ALGORITHMS, "all-reduce algorithm"),
+            (self.placement, PLACEMENTS, "placement"),
+        ):
+            if value not in allowed:
+                raise UserError(f"unknown {what} '{value}'; choose one of: {', '.join(allowed)}")
+        if not self.bucket_bytes > 0 or not self.first_bucket_bytes > 0:
+            raise UserError("bucket sizes must be positive (e.g. --bucket-mb 25)")
+
+    @property
+    def synchronous(self) -> bool:
+        return self.kind != "ps-async"
+
+    @property
+    def uses_servers(self) -> bool:
+        return self.kind.startswith("ps")
