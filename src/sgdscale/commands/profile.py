@@ -1,12 +1,19 @@
-"""`sgdscale show`: read a profile and summarise it layer by layer."""
+"""`sgdscale profile`: measure one training step of a real model; `sgdscale show`: summarise a
+profile layer by layer. torch is imported only inside `profile`, so `show` works without it."""
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from sgdscale.profile import Profile, builtin_profile_names, load_profile
+from sgdscale.errors import UserError
+from sgdscale.profile import Profile, builtin_profile_names, load_profile, save_profile
 from sgdscale.units import format_bytes, format_seconds
 
 
@@ -77,5 +84,123 @@ def show(profile: str | None, list_builtin: bool) -> None:
         console.print(line)
 
 
+def _option_value(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"bad --option '{pair}': write KEY=VALUE, e.g. --option layers=6")
+        options[key.strip().replace("-", "_")] = _option_value(value.strip())
+    return options
+
+
+def _check_output(path: Path) -> None:
+    """Fail before minutes of profiling, not after, when the output cannot be written."""
+    if path.is_dir():
+        raise UserError(f"output {path} is a directory; give a file name, e.g. -o {path / 'profile.json'}")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"cannot write {path}: {parent} is not a writable directory")
+
+
+@click.command("profile")
+@click.argument("model")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the profile JSON here (atomically).")
+@click.option("--json", "as_json", is_flag=True, help="Print the profile JSON to stdout instead of the table.")
+@click.option("--batch-size", "-b", type=int, default=8, show_default=True, help="Samples per step (per worker).")
+@click.option("--image-size", type=int, help="Image side in pixels for image models (default 64; cnn 32).")
+@click.option("--seq-len", type=int, help="Sequence length for gpt2/bert (default 64).")
+@click.option("--input-shape", help="One sample's shape for a user model, without the batch, e.g. 3x32x32.")
+@click.option("--num-classes", type=int, help="Classes of the classifier / generic loss.")
+@click.option("--option", "extra", multiple=True, metavar="KEY=VALUE",
+              help="Model option, repeatable: layers, hidden, heads, vocab, dropout (gpt2/bert), "
+              "width, depth, input_dim (mlp), width (cnn).")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured steps first.")
+@click.option("--iterations", "-n", type=int, default=10, show_default=True,
+              help="Measured steps (as many uninstrumented steps are interleaved).")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic batches.")
+def profile_command(
+    model: str,
+    output: Path | None,
+    as_json: bool,
+    batch_size: int,
+    image_size: int | None,
+    seq_len: int | None,
+    input_shape: str | None,
+    num_classes: int | None,
+    extra: tuple[str, ...],
+    warmup: int,
+    iterations: int,
+    threads: int,
+    device: str,
+    seed: int,
+) -> None:
+    """Measure one training step of MODEL layer by layer with real PyTorch and write a profile.
+
+    MODEL is a built-in name (resnet18 resnet50 vgg16 alexnet mobilenet_v2 densenet121 gpt2 bert mlp
+    cnn; random weights, synthetic data, nothing downloaded) or your own 'package.module:factory'
+    (factory() returns an nn.Module; give --input-shape or a factory.make_batch).
+
+    \b
+    Examples:
+      sgdscale profile resnet50 -o r50.json --batch-size 16 --image-size 96
+      sgdscale profile gpt2 -o gpt2.json --option layers=6 --option hidden=384 --seq-len 128
+      sgdscale profile mymodels.nets:small_net --input-shape 3x32x32 --num-classes 10 -o net.json
+    """
+    if output is None and not as_json:
+        raise UserError("say where to write the profile: -o FILE (or --json to print it)")
+    if batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1; got {batch_size}")
+    if iterations < 1:
+        raise UserError(f"--iterations must be at least 1; got {iterations}")
+    if warmup < 0:
+        raise UserError(f"--warmup must be >= 0; got {warmup}")
+    if threads < 1:
+        raise UserError(f"--threads must be at least 1; got {threads}")
+    if output is not None:
+        _check_output(output)
+    options = _parse_options(extra)
+    if input_shape is not None:
+        options["input_shape"] = input_shape
+    if num_classes is not None:
+        options["num_classes"] = num_classes
+
+    from sgdscale.profiling.profiler import profile_workload
+    from sgdscale.profiling.zoo import build_workload
+
+    workload = build_workload(model, image_size=image_size, seq_len=seq_len, seed=seed, **options)
+    result = profile_workload(
+        workload, batch_size, warmup=warmup, iterations=iterations, threads=threads, device=device,
+        progress=True, extra_provenance={"command": "sgdscale profile " + model, "seed": seed},
+    )
+    if output is not None:
+        try:
+            save_profile(result, output)
+        except OSError as error:
+            raise UserError(f"cannot write {output}: {error.strerror}") from None
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=1))
+        return
+    console = Console()
+    console.print(profile_table(result))
+    for line in profile_summary_lines(result):
+        console.print(line)
+    console.print(f"wrote {output}")
+
+
 def register(app: click.Group) -> None:
     app.add_command(show)
+    app.add_command(profile_command)

@@ -1,0 +1,476 @@
+"""Measure one training step of a real PyTorch model, layer by layer -> `Profile`.
+
+What a "layer" is. A layer is a module that owns trainable parameters directly
+(``parameters(recurse=False)``), in the order of its first call in the forward pass. A parameter
+shared by several modules (GPT-2's tied embedding/LM head) belongs to the first of them to run; a
+module whose only parameters are shared that way stays a layer with ``params: []``. Modules whose
+parameters were not used in the forward pass come last with zero times.
+
+How time is attributed (so the parts add up exactly to the instrumented step):
+  forward_s[i]   time from layer i's forward-pre-hook to the next layer's pre-hook (the last
+                 segment runs to the end of the loss computation; the time before the first
+                 pre-hook goes to the first layer). The parameter-free work between layers (ReLU,
+                 pooling, residual adds, attention softmax) is thus charged to the layer that runs
+                 just before it. A module called several times collects every segment it starts.
+  backward_s[i]  layers sorted by the time their *last* gradient became ready
+                 (``param.register_post_accumulate_grad_hook``; full backward hooks break on
+                 torchvision's in-place residual adds); each layer gets the time since the previous
+                 layer's last gradient (the first since backward start). The tail after the last
+                 gradient (autograd teardown) goes to the first layer in forward order, which is
+                 the last to finish backward.
+  grad_ready_s   per parameter tensor, time from backward start to its gradient being accumulated.
+  step           data_s = synthetic batch creation; h2d_s = copy to the device (0 on the CPU);
+                 optimizer_s = ``zero_grad(set_to_none=True)`` + ``SGD(momentum=0.9).step()``.
+The same number of *uninstrumented* steps (no hooks at all) are interleaved with the instrumented
+ones; their wall times are `iteration_s`, and ``provenance.consistency`` records how far the sum
+of the instrumented parts is from them (hook overhead plus noise). All reported times are means
+over the measured iterations, so the sums hold exactly; the per-iteration samples are kept.
+On CUDA every timestamp is preceded by ``torch.cuda.synchronize()``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sgdscale import __version__
+from sgdscale.errors import UserError
+from sgdscale.profile import (
+    PROFILE_SCHEMA,
+    Framework,
+    IterationStats,
+    Layer,
+    ParamTensor,
+    Profile,
+    StepTimes,
+)
+from sgdscale.profiling._torch_compat import import_torch
+from sgdscale.profiling.zoo import Workload
+
+torch = import_torch()
+from torch import nn  # noqa: E402
+
+__all__ = ["profile_workload", "cpu_model", "LEARNING_RATE", "MOMENTUM"]
+
+LEARNING_RATE = 1e-3
+MOMENTUM = 0.9
+
+METHOD = (
+    "Per-layer times from forward-pre-hooks on every module that owns trainable parameters directly "
+    "(forward: from a layer's pre-hook to the next one's, the last to the end of the loss) and "
+    "post-accumulate-grad hooks on every parameter (backward: layers in order of their last gradient "
+    "becoming ready, each charged the time since the previous layer's last gradient; the tail after the "
+    "last gradient goes to the first layer). Parameter-free work is charged to the layer that runs just "
+    "before it. data_s = synthetic batch creation, h2d_s = host-to-device copy, optimizer_s = "
+    "zero_grad + SGD(momentum) step. Times are means over the measured iterations; iteration_s comes from "
+    "the same number of uninstrumented steps (no hooks) interleaved with the instrumented ones."
+)
+
+
+def cpu_model() -> str:
+    """The host CPU's model name (from /proc/cpuinfo), or the platform's best guess."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+@dataclass
+class _Layer:
+    name: str
+    module: nn.Module
+    params: list[tuple[str, Any]] = field(default_factory=list)  # (name, parameter)
+
+
+@dataclass
+class _Iteration:
+    """Raw timestamps of one instrumented step."""
+
+    t0: float = 0.0
+    t_data: float = 0.0
+    t_h2d: float = 0.0
+    t_fwd: float = 0.0
+    t_loss: float = 0.0
+    t_bwd: float = 0.0
+    t_end: float = 0.0
+    calls: list[tuple[float, int]] = field(default_factory=list)  # (pre-hook time, layer index)
+    ready: dict[int, float] = field(default_factory=dict)  # parameter index -> grad ready time
+
+
+def _clock(device: Any) -> Callable[[], float]:
+    if device.type == "cuda":
+
+        def now() -> float:
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+
+        return now
+    return time.perf_counter
+
+
+def _resolve_device(device: str) -> Any:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise UserError(f"unknown device '{device}'; use cpu or cuda")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(
+            f"--device {device} requested but this torch ({torch.__version__}) sees no CUDA GPU; use --device cpu"
+        )
+    return torch.device(device)
+
+
+def _to(value: Any, device: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def _call(module: nn.Module, inputs: Any) -> Any:
+    if isinstance(inputs, dict):
+        return module(**inputs)
+    if isinstance(inputs, tuple):
+        return module(*inputs)
+    return module(inputs)
+
+
+def _shape(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return list(value.shape)
+    if isinstance(value, (tuple, list)):
+        return [_shape(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    return type(value).__name__
+
+
+def _discover_layers(workload: Workload, inputs: Any, targets: Any, shape_hint: str) -> list[_Layer]:
+    """Run one forward+backward with hooks on every parameter-owning module to find forward order."""
+    module = workload.module
+    owners = [
+        (name, m)
+        for name, m in module.named_modules()
+        if any(p.requires_grad for p in m.parameters(recurse=False))
+    ]
+    order: list[int] = []
+    seen: set[int] = set()
+
+    def hook_for(index: int) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: Any) -> None:
+            if index not in seen:
+                seen.add(index)
+                order.append(index)
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(hook_for(i)) for i, (_, m) in enumerate(owners)]
+    try:
+        try:
+            loss = workload.loss_fn(_call(module, inputs), targets)
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                raise UserError(
+                    f"the loss of model {workload.name} is not a scalar tensor "
+                    f"(got {type(loss).__name__} {_shape(loss)}); the loss function must return one number"
+                )
+            loss.backward()
+        except UserError:
+            raise
+        except (RuntimeError, ValueError, IndexError, TypeError, AssertionError) as error:
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError(
+                f"model {workload.name} rejected an input of shape {_shape(inputs)}: {first} "
+                f"({shape_hint})"
+            ) from None
+    finally:
+        for handle in handles:
+            handle.remove()
+    module.zero_grad(set_to_none=True)
+
+    called = [owners[i] for i in order] + [o for i, o in enumerate(owners) if i not in seen]
+    param_names = {id(p): n for n, p in module.named_parameters()}
+    assigned: set[int] = set()
+    layers = []
+    for name, m in called:
+        layer = _Layer(name or type(m).__name__, m)
+        for p in m.parameters(recurse=False):
+            if p.requires_grad and id(p) not in assigned:
+                assigned.add(id(p))
+                layer.params.append((param_names[id(p)], p))
+        layers.append(layer)
+    return layers
+
+
+def _stats(samples: list[float]) -> IterationStats:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, max(0, round(0.95 * (len(ordered) - 1))))]
+    return IterationStats(
+        mean=statistics.fmean(samples), p50=statistics.median(samples), p95=p95, samples=list(samples)
+    )
+
+
+def profile_workload(
+    workload: Workload,
+    batch_size: int,
+    warmup: int = 3,
+    iterations: int = 10,
+    threads: int | None = 1,
+    device: str = "cpu",
+    progress: bool = False,
+    extra_provenance: dict[str, Any] | None = None,
+) -> Profile:
+    """Profile `iterations` training steps of `workload` (after `warmup` unmeasured ones) with
+    `threads` intra-op threads (None: leave torch's setting) and return the Profile."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch size must be a positive integer; got {batch_size!r}")
+    if warmup < 0:
+        raise UserError(f"warmup must be >= 0 iterations; got {warmup}")
+    if iterations < 1:
+        raise UserError(f"iterations must be >= 1; got {iterations}")
+    if threads is not None and threads < 1:
+        raise UserError(f"threads must be >= 1; got {threads}")
+    dev = _resolve_device(device)
+    now = _clock(dev)
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    module = workload.module.to(dev).train()
+    try:
+        extra = {"warmup_iterations": warmup, **(extra_provenance or {})}
+        return _run(workload, module, batch_size, warmup, iterations, dev, now, progress, extra)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _run(
+    workload: Workload,
+    module: nn.Module,
+    batch_size: int,
+    warmup: int,
+    iterations: int,
+    dev: Any,
+    now: Callable[[], float],
+    progress: bool,
+    extra_provenance: dict[str, Any] | None,
+) -> Profile:
+    hint = (
+        "check the batch size, --image-size / --seq-len, or --input-shape for a user model"
+        if ":" not in workload.name
+        else "check --input-shape (one sample, without the batch dimension) or the factory's make_batch"
+    )
+    try:
+        inputs, targets = workload.make_batch(batch_size)
+    except UserError:
+        raise
+    except Exception as error:
+        raise UserError(f"could not make a batch of {batch_size} for model {workload.name}: {error}") from None
+    batch_shape = _shape(inputs)
+    layers = _discover_layers(workload, _to(inputs, dev), _to(targets, dev), hint)
+    params = [p for layer in layers for _, p in layer.params]
+    param_layer = [li for li, layer in enumerate(layers) for _ in layer.params]
+    optimizer = torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM)
+
+    current: list[_Iteration] = []
+
+    def pre_hook_for(index: int) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: Any) -> None:
+            current[-1].calls.append((now(), index))
+
+        return hook
+
+    def grad_hook_for(index: int) -> Callable[[Any], None]:
+        def hook(_param: Any) -> None:
+            current[-1].ready[index] = now()
+
+        return hook
+
+    def step(record: _Iteration | None) -> float:
+        handles = []
+        if record is not None:
+            current.append(record)
+            handles = [layer.module.register_forward_pre_hook(pre_hook_for(i)) for i, layer in enumerate(layers)]
+            handles += [p.register_post_accumulate_grad_hook(grad_hook_for(i)) for i, p in enumerate(params)]
+        try:
+            rec = record or _Iteration()
+            rec.t0 = now()
+            x, y = workload.make_batch(batch_size)
+            rec.t_data = now()
+            x, y = _to(x, dev), _to(y, dev)
+            rec.t_h2d = now()
+            optimizer.zero_grad(set_to_none=True)
+            rec.t_fwd = now()
+            loss = workload.loss_fn(_call(module, x), y)
+            rec.t_loss = now()
+            loss.backward()
+            rec.t_bwd = now()
+            optimizer.step()
+            rec.t_end = now()
+            return rec.t_end - rec.t0
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn(f"profiling {workload.name}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not (progress and console.is_terminal),
+    )
+    records: list[_Iteration] = []
+    plain: list[float] = []
+    with bar:
+        task = bar.add_task("steps", total=warmup + 2 * iterations)
+        for _ in range(warmup):
+            step(None)
+            bar.advance(task)
+        # Interleave instrumented and plain steps so drift on a shared machine hits both alike.
+        for i in range(iterations):
+            for instrumented in ((True, False) if i % 2 == 0 else (False, True)):
+                if instrumented:
+                    record = _Iteration()
+                    step(record)
+                    records.append(record)
+                else:
+                    plain.append(step(None))
+                bar.advance(task)
+    optimizer.zero_grad(set_to_none=True)
+    return _build_profile(workload, layers, param_layer, records, plain, batch_size, batch_shape, dev, extra_provenance)
+
+
+def _build_profile(
+    workload: Workload,
+    layers: list[_Layer],
+    param_layer: list[int],
+    records: list[_Iteration],
+    plain: list[float],
+    batch_size: int,
+    batch_shape: Any,
+    dev: Any,
+    extra_provenance: dict[str, Any] | None,
+) -> Profile:
+    n_layers = len(layers)
+    n_params = len(param_layer)
+    forward = [[0.0] * len(records) for _ in range(n_layers)]
+    backward = [[0.0] * len(records) for _ in range(n_layers)]
+    ready_sums = [0.0] * n_params
+    ready_counts = [0] * n_params
+    backward_orders: list[tuple[int, ...]] = []
+    for k, rec in enumerate(records):
+        # Forward: segments between consecutive pre-hooks, charged to the layer that starts them.
+        calls = rec.calls
+        if calls:
+            forward[calls[0][1]][k] += calls[0][0] - rec.t_fwd
+            for (t, index), (t_next, _) in zip(calls, calls[1:]):
+                forward[index][k] += t_next - t
+            forward[calls[-1][1]][k] += rec.t_loss - calls[-1][0]
+        else:
+            forward[0][k] += rec.t_loss - rec.t_fwd
+        # Backward: layers in order of their last gradient becoming ready.
+        last_ready: dict[int, float] = {}
+        for p_index, t in rec.ready.items():
+            layer = param_layer[p_index]
+            last_ready[layer] = max(last_ready.get(layer, t), t)
+            ready_sums[p_index] += t - rec.t_loss
+            ready_counts[p_index] += 1
+        order = sorted(last_ready, key=lambda li: last_ready[li])
+        backward_orders.append(tuple(order))
+        previous = rec.t_loss
+        for li in order:
+            backward[li][k] += last_ready[li] - previous
+            previous = last_ready[li]
+        backward[0][k] += rec.t_bwd - previous
+
+    def mean(values: list[float]) -> float:
+        return max(0.0, statistics.fmean(values)) if values else 0.0
+
+    profile_layers = []
+    p_index = 0
+    for li, layer in enumerate(layers):
+        tensors = []
+        for name, p in layer.params:
+            ready = ready_sums[p_index] / ready_counts[p_index] if ready_counts[p_index] else None
+            tensors.append(
+                ParamTensor(name=name, numel=p.numel(), bytes=p.numel() * p.element_size(), grad_ready_s=ready)
+            )
+            p_index += 1
+        profile_layers.append(
+            Layer(
+                name=layer.name,
+                forward_s=mean(forward[li]),
+                backward_s=mean(backward[li]),
+                params=tensors,
+                forward_samples_s=[max(0.0, v) for v in forward[li]],
+                backward_samples_s=[max(0.0, v) for v in backward[li]],
+            )
+        )
+    step = StepTimes(
+        data_s=mean([r.t_data - r.t0 for r in records]),
+        h2d_s=mean([r.t_h2d - r.t_data for r in records]) if dev.type != "cpu" else 0.0,
+        optimizer_s=mean([(r.t_fwd - r.t_h2d) + (r.t_end - r.t_bwd) for r in records]),
+    )
+    instrumented = [r.t_end - r.t0 for r in records]
+    iteration = _stats(plain)
+    typical_order = max(set(backward_orders), key=backward_orders.count) if backward_orders else ()
+    in_order = set(typical_order)
+    reverse_forward = tuple(li for li in reversed(range(n_layers)) if li in in_order)
+    cpu = cpu_model()
+    threads = torch.get_num_threads()
+    if dev.type == "cuda":
+        device_text = f"{torch.cuda.get_device_name(dev)} (CUDA), host {cpu}"
+    else:
+        device_text = f"cpu: {cpu}, {threads} thread{'s' if threads != 1 else ''}"
+    instrumented_mean = statistics.fmean(instrumented)
+    provenance: dict[str, Any] = {
+        "tool": f"sgdscale {__version__}",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "host_cpu": cpu,
+        "machine": platform.machine(),
+        "threads": threads,
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "method": METHOD,
+        "optimizer": f"SGD(lr={LEARNING_RATE}, momentum={MOMENTUM})",
+        "consistency": {
+            "instrumented_sum_s": instrumented_mean,
+            "uninstrumented_mean_s": iteration.mean,
+            "uninstrumented_p50_s": iteration.p50,
+            "gap_fraction": (instrumented_mean - iteration.mean) / iteration.mean,
+            "how": "mean of the instrumented steps' parts (which sum exactly to each instrumented step) vs "
+            "mean wall time of the interleaved uninstrumented steps",
+        },
+        "backward_order_is_reverse_forward": typical_order == reverse_forward,
+        "backward_order_stable": len(set(backward_orders)) <= 1,
+    }
+    if extra_provenance:
+        provenance.update(extra_provenance)
+    return Profile.model_validate(
+        {
+            "schema": PROFILE_SCHEMA,
+            "model": workload.name,
+            "batch_size": batch_size,
+            "device": device_text,
+            "framework": Framework(name="pytorch", version=torch.__version__),
+            "measured_iterations": len(records),
+            "provenance": provenance,
+            "input": {**workload.input_desc, "batch_shape": batch_shape},
+            "layers": profile_layers,
+            "step": step,
+            "iteration_s": iteration,
+        }
+    )
