@@ -1,0 +1,250 @@
+"""`sgdscale testbed check|cleanup` (the emulated cluster) and `sgdscale netbench` (network benchmark)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sgdscale.errors import UserError
+from sgdscale.units import format_bandwidth, format_bytes, format_seconds, parse_bandwidth_bps, parse_size_bytes, parse_workers
+
+_BUSY = (
+    "import json, time\n"
+    "wall = time.perf_counter(); cpu = time.process_time()\n"
+    "while time.perf_counter() - wall < {seconds}: pass\n"
+    "print(json.dumps({{'cpu_s': time.process_time() - cpu, 'wall_s': time.perf_counter() - wall}}))\n"
+)
+
+
+def parse_cpu_quota(text: str | None, nodes: int) -> list[float]:
+    """'0.45' (every node) or '0.5,0.5,0.25' (one per node); default: 90 % of the cores, split evenly."""
+    cores = os.cpu_count() or 1
+    if text is None or text == "auto":
+        return [round(0.9 * cores / nodes, 3)] * nodes
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(f"cannot read CPU quota '{text}' (cores per node, e.g. 0.45 or 0.5,0.5,0.25)") from None
+    if any(v <= 0 for v in values):
+        raise UserError(f"CPU quotas must be positive numbers of cores, got '{text}'")
+    if len(values) == 1:
+        return values * nodes
+    if len(values) != nodes:
+        raise UserError(f"got {len(values)} CPU quotas for {nodes} nodes; give one for all or one per node")
+    return values
+
+
+@click.group("testbed")
+def testbed_group() -> None:
+    """The emulated cluster: network namespaces on a bridge, tbf-shaped veth links, CPU quotas.
+
+    \b
+    Needs root, iproute2 (ip, tc), the tbf qdisc and the cgroup-v1 cpu controller.
+      sgdscale testbed check                 build 2 nodes, measure links and quota, tear down
+      sgdscale testbed cleanup               remove what a crashed run left behind
+    """
+
+
+@testbed_group.command("check")
+@click.option("--bandwidth", "bandwidths", multiple=True, default=("100Mbit", "1Gbit"), show_default=True,
+              help="Link rate(s) to build and measure (repeat the option for several).")
+@click.option("--cpu-quota", default="0.5", show_default=True, help="Cores per node for the quota check.")
+def testbed_check(bandwidths: tuple[str, ...], cpu_quota: str) -> None:
+    """Build a 2-node emulated cluster per rate, time a TCP transfer each way and a busy loop
+    under the CPU quota, tear it down and print the figures.
+
+    \b
+    Example:
+      sgdscale testbed check --bandwidth 200Mbit --cpu-quota 0.45
+    """
+    import json
+
+    from sgdscale.runtime.testbed import Testbed
+
+    console = Console()
+    quotas = parse_cpu_quota(cpu_quota, 2)
+    table = Table(title="emulated 2-node cluster")
+    table.add_column("link")
+    table.add_column("direction")
+    table.add_column("transfer", justify="right")
+    table.add_column("measured", justify="right")
+    table.add_column("of nominal", justify="right")
+    problems = []
+    quota_line = ""
+    for index, text in enumerate(bandwidths):
+        rate = parse_bandwidth_bps(text)
+        with Testbed(2, rate, quotas) as bed:
+            for src, dst in ((0, 1), (1, 0)):
+                result = bed.measure_bandwidth(src, dst, nbytes=max(1 << 20, int(rate / 8 * 0.8)))
+                ratio = result.bps / rate
+                table.add_row(format_bandwidth(rate), f"node {src} -> node {dst}", format_bytes(result.nbytes),
+                              format_bandwidth(result.bps), f"{ratio:.1%}")
+                if not 0.8 <= ratio <= 1.1:
+                    problems.append(f"{format_bandwidth(rate)} link measured {format_bandwidth(result.bps)}")
+            if index == 0:
+                run = bed.run_on_node(0, [sys.executable, "-c", _BUSY.format(seconds=1.0)], timeout_s=30)
+                if run.returncode != 0:
+                    raise UserError(f"the CPU quota check failed on node 0: {run.stderr.strip()}")
+                busy = json.loads(run.stdout)
+                share = busy["cpu_s"] / busy["wall_s"]
+                quota_line = (f"CPU quota {quotas[0]:g} cores: a busy loop got {busy['cpu_s']:.3f} s of CPU "
+                              f"in {busy['wall_s']:.3f} s wall = {share:.3f} cores")
+                if abs(share - quotas[0]) > 0.15 * quotas[0]:
+                    problems.append(f"quota {quotas[0]:g} cores gave {share:.3f} cores")
+    console.print(table)
+    console.print(quota_line)
+    console.print("TCP goodput is ~95.6 % of the link rate at MTU 1500 (headers count against the rate).")
+    if problems:
+        raise UserError("emulated cluster built, but: " + "; ".join(problems)
+                        + " (is the machine busy? try again under `flock /tmp/sgdscale-cpu.lock`)")
+    console.print("OK: built, measured and removed the emulated cluster")
+
+
+@testbed_group.command("cleanup")
+@click.option("--all", "everything", is_flag=True,
+              help="Also remove testbeds whose owner process is still alive.")
+def testbed_cleanup(everything: bool) -> None:
+    """Remove namespaces, links, cgroups and processes left by crashed emulated-cluster runs
+    (those whose owner process is dead; --all: every one)."""
+    from sgdscale.runtime.testbed import preflight, sweep_leftovers
+
+    preflight()
+    swept = sweep_leftovers(only_dead=not everything)
+    if swept:
+        click.echo(f"removed {len(swept)} leftover testbed(s): {', '.join(swept)}")
+    else:
+        click.echo("nothing to clean up")
+
+
+def network_table(network) -> Table:
+    table = Table(title="measured points (median of repeats)")
+    for name in ("op", "workers", "message", "median", "min", "max", "effective bandwidth"):
+        table.add_column(name, justify="left" if name == "op" else "right")
+    for point in network.points:
+        bandwidth = point.bytes * 8 / point.median_s if point.median_s > 0 else float("inf")
+        table.add_row(point.op, str(point.workers), format_bytes(point.bytes), format_seconds(point.median_s),
+                      format_seconds(min(point.samples_s)), format_seconds(max(point.samples_s)),
+                      format_bandwidth(bandwidth))
+    return table
+
+
+def fits_table(network) -> Table:
+    table = Table(title="alpha-beta fits: t(M) = alpha + beta * M")
+    for name in ("op", "workers", "alpha", "beta", "1/beta"):
+        table.add_column(name, justify="left" if name == "op" else "right")
+    rows = [("p2p", "2", network.p2p)] + [("allreduce", n, fit) for n, fit in network.allreduce.items()]
+    for op, workers, fit in rows:
+        table.add_row(op, workers, format_seconds(fit.alpha_s), f"{fit.beta_s_per_byte * 1e9:.4g} ns/B",
+                      format_bandwidth(8 / fit.beta_s_per_byte))
+    return table
+
+
+@click.command("netbench")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the sgdscale.network/1 file here.")
+@click.option("--workers", default="2", show_default=True,
+              help="Process counts for the all-reduce (e.g. 2,4); p2p always uses ranks 0 and 1.")
+@click.option("--min-size", default="1kB", show_default=True, help="Smallest message.")
+@click.option("--max-size", default="16MB", show_default=True, help="Largest message.")
+@click.option("--points", default=8, show_default=True, help="Log-spaced message sizes from min to max.")
+@click.option("--repeats", default=5, show_default=True, help="Timed repeats per size (median is fitted).")
+@click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
+@click.option("--ops", default="p2p,allreduce", show_default=True, help="Which operations: p2p, allreduce.")
+@click.option("--emulate", is_flag=True, help="Run each rank on its own node of an emulated cluster.")
+@click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
+@click.option("--cpu-quota", default=None,
+              help="Cores per node with --emulate (one value or one per node); default: 90 percent of the cores, split evenly.")
+@click.option("--write-config", type=click.Path(dir_okay=False),
+              help="Only write the rank config for a real cluster (torchrun) and exit.")
+@click.option("--collect", type=click.Path(file_okay=False),
+              help="Fit the result-*.json files torchrun ranks wrote to this directory.")
+def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, emulate, bandwidth, cpu_quota,
+             write_config, collect) -> None:
+    """Measure point-to-point and all-reduce time against message size (gloo), fit alpha-beta,
+    and write a network file for `sgdscale predict --network FILE`.
+
+    \b
+    On this machine (loopback):
+      sgdscale netbench -o local.json
+    On an emulated cluster, 4 nodes at 200 Mbit/s with 0.45 cores each (root):
+      sgdscale netbench --emulate --workers 2,4 --bandwidth 200Mbit --cpu-quota 0.45 -o emu.json
+    On a real cluster with torchrun (see sgdscale/runtime/netbench.py):
+      sgdscale netbench --write-config nb.json --workers 4
+      torchrun --nnodes 4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        -m sgdscale.runtime.rank --target sgdscale.runtime.netbench:bench_rank --config nb.json --out res
+      sgdscale netbench --collect res -o cluster.json
+    Time-sensitive: on a shared machine run it under `flock /tmp/sgdscale-cpu.lock`.
+    """
+    from sgdscale.jsonio import write_json_atomic
+    from sgdscale.runtime import netbench as nb
+
+    console = Console()
+    if collect:
+        network = nb.collect_results(collect)
+        _show_and_write(console, network, output)
+        return
+    counts = parse_workers(workers)
+    if counts[0] < 2:
+        raise UserError(f"the network benchmark needs at least 2 processes, got --workers {workers}")
+    sizes = nb.message_sizes(parse_size_bytes(min_size, "--min-size"), parse_size_bytes(max_size, "--max-size"),
+                             points)
+    config = nb.bench_config(sizes, repeats, warmup, [op.strip() for op in ops.split(",") if op.strip()])
+    if write_config:
+        write_json_atomic(write_config, config)
+        console.print(f"wrote rank config {write_config} ({len(sizes)} sizes, {format_bytes(sizes[0])} to "
+                      f"{format_bytes(sizes[-1])}); run it with torchrun as shown in `sgdscale netbench --help`")
+        return
+    if not output:
+        raise UserError("say where to write the network file with -o FILE (e.g. -o net.json)")
+    rate = parse_bandwidth_bps(bandwidth)
+    environment: dict = {}
+    with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as progress:
+        task = progress.add_task("netbench", total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        started = time.time()
+        if emulate:
+            from sgdscale.runtime.testbed import Testbed
+
+            nodes = max(counts)
+            quotas = parse_cpu_quota(cpu_quota, nodes)
+            environment = {"mode": "emulated", "nodes": nodes, "bandwidth_bps": rate, "cpu_quota_cores": quotas}
+            progress.update(task, description=f"netbench on {nodes} emulated nodes at {format_bandwidth(rate)}")
+            with Testbed(nodes, rate, quotas) as bed:
+                environment["tbf"] = {"burst_bytes": bed.tbf.burst_bytes, "limit_bytes": bed.tbf.limit_bytes}
+                source = (f"netbench on an emulated cluster: {nodes} nodes, {format_bandwidth(rate)} tbf links, "
+                          f"{', '.join(f'{q:g}' for q in quotas)} cores")
+                network = nb.run_netbench(counts, config, placement=bed, bandwidth_hint_bps=rate,
+                                          on_progress=on_progress, environment=environment, source=source)
+        else:
+            if cpu_quota is not None:
+                raise UserError("--cpu-quota only applies with --emulate")
+            environment = {"mode": "local (loopback)", "processes": counts}
+            progress.update(task, description="netbench on this machine (loopback)")
+            network = nb.run_netbench(counts, config, on_progress=on_progress, environment=environment,
+                                      source=f"netbench on this machine (loopback), {', '.join(map(str, counts))} processes")
+    _show_and_write(console, network, output)
+    console.print(f"took {format_seconds(time.time() - started)}")
+
+
+def _show_and_write(console: Console, network, output: str | None) -> None:
+    from sgdscale.jsonio import write_json_atomic
+
+    console.print(network_table(network))
+    console.print(fits_table(network))
+    if output:
+        write_json_atomic(output, network.to_json())
+        console.print(f"wrote {output}")
+
+
+def register(app: click.Group) -> None:
+    app.add_command(testbed_group)
+    app.add_command(netbench)

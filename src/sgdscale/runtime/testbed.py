@@ -1,0 +1,512 @@
+"""An emulated cluster on one Linux machine: network namespaces, shaped links, CPU quotas.
+
+Each node is a network namespace with one veth ("eth0", 10.200.0.<k+1>/24) plugged into a private
+Linux bridge, and a cgroup-v1 `cpu` group that caps its CPU time. Both ends of every veth carry a
+`tc tbf` qdisc at the node's rate: the namespace end shapes what the node sends, the bridge end
+shapes what it receives, so each node has a full-duplex NIC of the given bandwidth and a shared
+server NIC is a real bottleneck. Nothing outside the objects it creates is touched: the bridge has
+no address, no host route or interface changes, addresses exist only inside our namespaces.
+
+Why these choices (see DESIGN.md "Real runs"):
+- tbf, not netem: this kernel has no netem, so there is no added latency (add it in the app).
+- CFS period 10 ms instead of the default 100 ms: a throttled process runs in short slices, so a
+  step under a 45 % quota is stretched smoothly instead of running full speed then stalling 55 ms.
+- A process joins its cgroup *before* `ip netns exec`, because `ip netns exec` mounts a fresh
+  /sys in which our cgroup path may not be visible.
+
+Teardown is guaranteed: on leaving the `with` block (normally or by exception), on SIGINT and
+SIGTERM, every process left in the node cgroups or namespaces is killed, then namespaces, veths,
+bridge and cgroups are removed. A crashed owner (SIGKILL) leaves objects whose names carry its pid;
+`sweep_leftovers()` removes those of dead owners and runs at every testbed start.
+
+    with Testbed(nodes=2, bandwidth_bps=100e6, cpu_quota_cores=0.9) as bed:
+        bed.run_on_node(0, ["python", "-c", "print('hi')"], timeout_s=10)
+        print(bed.measure_bandwidth(0, 1))
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sgdscale.errors import UserError
+
+CGROUP_CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+NAME_STEM = "sgs"  # every object we create starts with this, followed by the owner's pid
+CFS_PERIOD_US = 10_000
+MIN_QUOTA_US = 1_000  # the kernel refuses cfs quotas below 1 ms
+NODE_IFNAME = "eth0"
+SUBNET = "10.200.0"
+MAX_NODES = 250
+_PREFIX_RE = re.compile(rf"^({NAME_STEM}(\d+)[a-z])")
+_instance_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class TbfParams:
+    """tbf settings for one rate.
+
+    burst: bytes the bucket may send back-to-back at wire speed. It must exceed one MTU and what
+    the rate earns in a timer tick; larger bursts let small messages skip shaping. We take ~1 ms
+    of line rate, at least 32 KiB (a few 1500-byte packets plus the 16 KiB the kernel may need
+    at low rates), so messages of a few kB see the burst while bulk transfers see the rate.
+    limit: bytes that may queue behind the bucket before drops: 50 ms of line rate (at least
+    256 KiB) so TCP keeps the pipe full without loss, while a queue never adds more than ~50 ms.
+    """
+
+    rate_bps: float
+    burst_bytes: int
+    limit_bytes: int
+
+    @classmethod
+    def for_rate(cls, rate_bps: float) -> TbfParams:
+        bytes_per_s = rate_bps / 8
+        burst = max(32 * 1024, int(bytes_per_s * 1e-3))
+        limit = max(256 * 1024, int(bytes_per_s * 0.05)) + burst
+        return cls(rate_bps=rate_bps, burst_bytes=burst, limit_bytes=limit)
+
+    def tc_args(self) -> list[str]:
+        return ["tbf", "rate", f"{int(self.rate_bps)}bit", "burst", str(self.burst_bytes),
+                "limit", str(self.limit_bytes)]
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    """One timed TCP transfer between two nodes."""
+
+    nbytes: int
+    seconds: float
+
+    @property
+    def bps(self) -> float:
+        return self.nbytes * 8 / self.seconds
+
+
+def _run(argv: Sequence[str], *, check: bool = True, what: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(argv), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        message = (proc.stderr or proc.stdout).strip()
+        if "Specified qdisc kind is unknown" in message or "qdisc kind" in message:
+            raise UserError(f"the kernel has no tc 'tbf' qdisc (`{' '.join(argv)}` said: {message}); "
+                            "the emulated cluster needs tbf (CONFIG_NET_SCH_TBF)")
+        raise UserError(f"{what or 'building the emulated cluster'} failed: `{' '.join(argv)}` said: "
+                        f"{message or f'exit status {proc.returncode}'}")
+    return proc
+
+
+def preflight() -> None:
+    """Say clearly what is missing before creating anything: root, ip, tc, the cgroup cpu controller."""
+    if os.geteuid() != 0:
+        raise UserError("the emulated cluster needs root (network namespaces, tc, cgroups); run as root")
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2")):
+        if shutil.which(tool) is None:
+            raise UserError(f"`{tool}` is not installed; install {package} (e.g. apt-get install {package})")
+    quota = CGROUP_CPU_ROOT / "cpu.cfs_quota_us"
+    if not quota.exists():
+        raise UserError(f"no cgroup-v1 cpu controller with CFS quotas at {CGROUP_CPU_ROOT} "
+                        f"({quota} is missing); mount one with "
+                        f"`mkdir -p {CGROUP_CPU_ROOT} && mount -t cgroup -o cpu cgroup {CGROUP_CPU_ROOT}`")
+    if not Path("/var/run/netns").exists() and not os.access("/var/run", os.W_OK):
+        raise UserError("cannot create network namespaces: /var/run/netns is missing and /var/run is not writable")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _list_ours() -> dict[str, dict[str, list[str]]]:
+    """Every namespace, link and cgroup named like ours, grouped by prefix."""
+    found: dict[str, dict[str, list[str]]] = {}
+
+    def add(kind: str, name: str) -> None:
+        match = _PREFIX_RE.match(name)
+        if match:
+            found.setdefault(match.group(1), {"netns": [], "links": [], "cgroups": []})[kind].append(name)
+
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in netns.splitlines():
+        if line.split():
+            add("netns", line.split()[0])
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            add("links", parts[1].strip().split("@")[0])
+    if CGROUP_CPU_ROOT.is_dir():
+        for entry in CGROUP_CPU_ROOT.iterdir():
+            if entry.is_dir():
+                add("cgroups", entry.name)
+    return found
+
+
+def _cgroup_pids(group: Path) -> list[int]:
+    try:
+        return [int(x) for x in (group / "cgroup.procs").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError, OSError):
+        return []
+
+
+def _netns_pids(netns: str) -> list[int]:
+    proc = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
+    return [int(x) for x in proc.stdout.split() if x.isdigit()]
+
+
+def _kill_all(netns: list[str], cgroups: list[Path], timeout_s: float = 10.0) -> None:
+    """SIGKILL every process in these cgroups and namespaces until none is left (or timeout)."""
+    me = os.getpid()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = {pid for group in cgroups for pid in _cgroup_pids(group)}
+        pids.update(pid for ns in netns for pid in _netns_pids(ns))
+        pids.discard(me)
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # Not reaped here: a zombie holds neither namespace nor cgroup, and reaping would steal the
+        # exit status from whoever launched the process.
+        time.sleep(0.02)
+
+
+def _remove(netns: list[str], links: list[str], cgroups: list[Path]) -> list[str]:
+    """Kill processes, then delete namespaces, links and cgroups; return what could not be removed."""
+    _kill_all(netns, cgroups)
+    left: list[str] = []
+    for ns in netns:
+        proc = subprocess.run(["ip", "netns", "delete", ns], capture_output=True, text=True)
+        if proc.returncode != 0 and "No such file" not in proc.stderr:
+            left.append(f"netns {ns}: {proc.stderr.strip()}")
+    # Deleting a namespace destroys its veth ends (and so the host ends) asynchronously; veths first,
+    # the bridge last.
+    for link in sorted(links, key=lambda name: name.endswith("br")):
+        proc = subprocess.run(["ip", "link", "delete", link], capture_output=True, text=True)
+        if proc.returncode != 0 and "Cannot find device" not in proc.stderr:
+            left.append(f"link {link}: {proc.stderr.strip()}")
+    for group in cgroups:
+        for attempt in range(100):
+            try:
+                group.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError as error:
+                if error.errno != errno.EBUSY or attempt == 99:
+                    left.append(f"cgroup {group}: {error.strerror}")
+                    break
+                _kill_all([], [group], timeout_s=0.5)
+                time.sleep(0.05)
+    return left
+
+
+def sweep_leftovers(prefix: str | None = None, *, only_dead: bool = True) -> list[str]:
+    """Remove namespaces, links, cgroups and processes left by crashed testbeds.
+
+    With `prefix`, remove that testbed's objects (whatever its owner's state). Without, remove every
+    testbed whose owner pid is dead (or every testbed, when `only_dead=False`). Returns the prefixes
+    swept; raises UserError if something could not be removed.
+    """
+    swept: list[str] = []
+    problems: list[str] = []
+    for found_prefix, objects in sorted(_list_ours().items()):
+        if prefix is not None and found_prefix != prefix:
+            continue
+        if prefix is None and only_dead:
+            pid = int(_PREFIX_RE.match(found_prefix).group(2))
+            if pid == os.getpid() or _pid_alive(pid):
+                continue
+        problems += _remove(objects["netns"], objects["links"],
+                            [CGROUP_CPU_ROOT / name for name in objects["cgroups"]])
+        swept.append(found_prefix)
+    if problems:
+        raise UserError("could not remove some emulated-cluster leftovers: " + "; ".join(problems))
+    return swept
+
+
+class Testbed:
+    """Emulated cluster of `nodes` namespaces; a context manager and a launcher Placement.
+
+    bandwidth_bps: every node's NIC rate, each direction. cpu_quota_cores: CPU cores per node (one
+    number for all nodes, or one per node), e.g. 0.45 with 4 nodes on a 2-core machine; None means
+    no quota. The node cgroups together must not promise more cores than the machine has.
+    """
+
+    def __init__(
+        self,
+        nodes: int,
+        bandwidth_bps: float,
+        cpu_quota_cores: float | Sequence[float] | None,
+        name_prefix: str | None = None,
+    ) -> None:
+        if not 1 <= nodes <= MAX_NODES:
+            raise UserError(f"an emulated cluster has 1 to {MAX_NODES} nodes, got {nodes}")
+        if bandwidth_bps <= 0:
+            raise UserError(f"node bandwidth must be positive, got {bandwidth_bps} bit/s")
+        if cpu_quota_cores is None:
+            quotas: list[float | None] = [None] * nodes
+        elif isinstance(cpu_quota_cores, (int, float)):
+            quotas = [float(cpu_quota_cores)] * nodes
+        else:
+            quotas = [float(q) for q in cpu_quota_cores]
+            if len(quotas) != nodes:
+                raise UserError(f"got {len(quotas)} CPU quotas for {nodes} nodes; give one per node or one for all")
+        for quota in quotas:
+            if quota is not None and quota * CFS_PERIOD_US < MIN_QUOTA_US:
+                raise UserError(f"CPU quota {quota} cores is below the kernel's minimum "
+                                f"{MIN_QUOTA_US / CFS_PERIOD_US} cores per node")
+        cores = os.cpu_count() or 1
+        total = sum(q for q in quotas if q is not None)
+        if total > cores + 1e-9:
+            raise UserError(f"the node CPU quotas add up to {total:g} cores but this machine has {cores}; "
+                            f"use at most {cores / nodes:.3g} cores per node (--cpu-quota)")
+        self.nodes = nodes
+        self.bandwidth_bps = float(bandwidth_bps)
+        self.cpu_quotas = quotas
+        self.tbf = TbfParams.for_rate(self.bandwidth_bps)
+        if name_prefix is None:
+            letter = "abcdefghijklmnopqrstuvwxyz"[next(_instance_counter) % 26]
+            name_prefix = f"{NAME_STEM}{os.getpid()}{letter}"
+        if not _PREFIX_RE.fullmatch(name_prefix) or len(name_prefix) > 11:
+            raise UserError(f"testbed name prefix must look like '{NAME_STEM}<pid><letter>' (at most 11 "
+                            f"characters, so interface names fit in 15), got '{name_prefix}'")
+        self.prefix = name_prefix
+        self.bridge = f"{name_prefix}br"
+        self._built = False
+        self._closed = False
+        self._old_handlers: dict[int, object] = {}
+        self._close_lock = threading.Lock()
+
+    # --- names -------------------------------------------------------------------------------
+    def netns(self, node: int) -> str:
+        return f"{self.prefix}n{node}"
+
+    def host_veth(self, node: int) -> str:
+        return f"{self.prefix}v{node}"
+
+    def cgroup(self, node: int) -> Path:
+        return CGROUP_CPU_ROOT / f"{self.prefix}-node{node}"
+
+    def address(self, node: int) -> str:
+        return f"{SUBNET}.{node + 1}"
+
+    # --- Placement protocol ------------------------------------------------------------------
+    def master_addr(self) -> str:
+        return self.address(0)
+
+    def socket_ifname(self) -> str | None:
+        return NODE_IFNAME
+
+    def wrap(self, rank: int, argv: list[str], env: dict[str, str]) -> list[str]:
+        """argv that runs `argv` with extra `env` inside node `rank`'s cgroup, then its namespace.
+
+        The shell writes its own pid into the cgroup and then execs (same pid all the way down),
+        so the pid the launcher sees is the pid of the final program. Only the variables of `env`
+        that differ from this process's environment go on the `env` command line (the rest is
+        inherited), which keeps `ps` output readable.
+        """
+        if not 0 <= rank < self.nodes:
+            raise UserError(f"rank {rank} has no node: this emulated cluster has {self.nodes} nodes "
+                            "(one per rank: workers + parameter servers)")
+        procs = self.cgroup(rank) / "cgroup.procs"
+        script = f'echo $$ > {procs} && exec "$@"'
+        env_args = [f"{key}={value}" for key, value in env.items() if os.environ.get(key) != value]
+        return ["sh", "-c", script, "sh", "ip", "netns", "exec", self.netns(rank), "env", *env_args, *argv]
+
+    # --- life cycle --------------------------------------------------------------------------
+    def __enter__(self) -> Testbed:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Build the cluster; on any failure remove what was built and re-raise."""
+        preflight()
+        sweep_leftovers()
+        self._install_signal_handlers()
+        self._built = True  # from here on close() must clean up, whatever happened
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self) -> None:
+        for node, quota in enumerate(self.cpu_quotas):
+            group = self.cgroup(node)
+            group.mkdir()
+            (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(
+                "-1" if quota is None else str(int(round(quota * CFS_PERIOD_US))))
+        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        _run(["ip", "link", "set", self.bridge, "up"])
+        for node in range(self.nodes):
+            ns, veth = self.netns(node), self.host_veth(node)
+            _run(["ip", "netns", "add", ns])
+            _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", NODE_IFNAME, "netns", ns])
+            _run(["ip", "link", "set", veth, "master", self.bridge])
+            _run(["ip", "link", "set", veth, "up"])
+            _run(["ip", "-n", ns, "link", "set", "lo", "up"])
+            _run(["ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", NODE_IFNAME])
+            _run(["ip", "-n", ns, "link", "set", NODE_IFNAME, "up"])
+            # toward the node (bridge -> node) and from the node (node -> bridge)
+            _run(["tc", "qdisc", "add", "dev", veth, "root", *self.tbf.tc_args()])
+            _run(["tc", "-n", ns, "qdisc", "add", "dev", NODE_IFNAME, "root", *self.tbf.tc_args()])
+
+    def close(self) -> None:
+        """Kill every node process and remove everything built; idempotent, signals held meanwhile."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            in_main = threading.current_thread() is threading.main_thread()
+            if in_main:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                if self._built:
+                    problems = _remove([self.netns(k) for k in range(self.nodes)],
+                                       [self.host_veth(k) for k in range(self.nodes)] + [self.bridge],
+                                       [self.cgroup(k) for k in range(self.nodes)])
+                    # whatever a half-built or interrupted run left under our prefix
+                    leftovers = _list_ours().get(self.prefix)
+                    if leftovers:
+                        problems += _remove(leftovers["netns"], leftovers["links"],
+                                            [CGROUP_CPU_ROOT / n for n in leftovers["cgroups"]])
+                    if problems:
+                        print("warning: emulated-cluster teardown left: " + "; ".join(problems)
+                              + " (run `sgdscale testbed cleanup`)", file=sys.stderr)
+            finally:
+                self._restore_signal_handlers()
+                if in_main:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def _install_signal_handlers(self) -> None:
+        """Turn SIGINT/SIGTERM into exceptions so the stack unwinds through close()."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum: int, frame: object) -> None:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[signum] = signal.signal(signum, handler)
+
+    def _restore_signal_handlers(self) -> None:
+        for signum, old in self._old_handlers.items():
+            signal.signal(signum, old if old is not None else signal.SIG_DFL)
+        self._old_handlers.clear()
+
+    # --- using the nodes ---------------------------------------------------------------------
+    def popen(self, node: int, argv: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
+        """Start `argv` on `node` (its namespace and CPU quota)."""
+        self._check_open()
+        return subprocess.Popen(self.wrap(node, list(argv), env or {}), **kwargs)
+
+    def run_on_node(self, node: int, argv: list[str], timeout_s: float, env: dict[str, str] | None = None,
+                    ) -> subprocess.CompletedProcess:
+        """Run one process on `node` and wait for it (e.g. profile a model under the node's quota).
+
+        Output is captured as text; a run past `timeout_s` is killed and raises UserError.
+        """
+        proc = self.popen(node, argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise UserError(f"`{' '.join(argv)}` on node {node} ran past {timeout_s:g} s and was killed") from None
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def cpu_stats(self, node: int) -> dict[str, int]:
+        """The node cgroup's cpu.stat (nr_periods, nr_throttled, throttled_time in ns)."""
+        text = (self.cgroup(node) / "cpu.stat").read_text()
+        return {key: int(value) for key, value in (line.split() for line in text.splitlines() if line)}
+
+    def measure_bandwidth(self, src: int, dst: int, nbytes: int | None = None, port: int = 5201,
+                          timeout_s: float = 60.0) -> Bandwidth:
+        """Time one TCP transfer of `nbytes` from node `src` to node `dst` (python sockets).
+
+        The clock runs from after the connection is set up until the receiver acknowledges the
+        last byte, so queued bytes count. Default size: about 1.5 s worth at the nominal rate.
+        """
+        self._check_open()
+        if nbytes is None:
+            nbytes = max(1 << 20, int(self.bandwidth_bps / 8 * 1.5))
+        receiver = self.popen(dst, [sys.executable, "-c", _RECEIVER, str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            sender = self.run_on_node(src, [sys.executable, "-c", _SENDER, self.address(dst), str(port),
+                                            str(nbytes)], timeout_s=timeout_s)
+            if sender.returncode != 0:
+                raise UserError(f"bandwidth test from node {src} to node {dst} failed: {sender.stderr.strip()}")
+            result = json.loads(sender.stdout.strip().splitlines()[-1])
+        finally:
+            receiver.kill()
+            receiver.communicate()
+        return Bandwidth(nbytes=int(result["bytes"]), seconds=float(result["seconds"]))
+
+    def _check_open(self) -> None:
+        if not self._built or self._closed:
+            raise UserError("the emulated cluster is not running (use it inside `with Testbed(...)`)")
+
+
+# Bulk TCP transfer used by measure_bandwidth: the receiver drains and acknowledges the count.
+_RECEIVER = r"""
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", int(sys.argv[1]))); srv.listen(1)
+conn, _ = srv.accept(); total = 0
+buf = bytearray(1 << 20)
+while True:
+    n = conn.recv_into(buf)
+    if not n: break
+    total += n
+conn.sendall(total.to_bytes(8, "big")); conn.close()
+"""
+
+_SENDER = r"""
+import json, socket, sys, time
+host, port, nbytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+deadline = time.monotonic() + 10
+while True:
+    try:
+        sock = socket.create_connection((host, port), timeout=30); break
+    except OSError:
+        if time.monotonic() > deadline: raise
+        time.sleep(0.02)
+chunk = b"\0" * (1 << 20); left = nbytes
+start = time.perf_counter()
+while left > 0:
+    n = min(left, len(chunk)); sock.sendall(chunk[:n] if n < len(chunk) else chunk); left -= n
+sock.shutdown(socket.SHUT_WR)
+ack = b""
+while len(ack) < 8:
+    part = sock.recv(8 - len(ack))
+    if not part: break
+    ack += part
+seconds = time.perf_counter() - start
+print(json.dumps({"bytes": int.from_bytes(ack, "big"), "seconds": seconds}))
+"""
