@@ -1,0 +1,52 @@
+"""Fine-grained prediction: one training run simulated task by task (compute per layer, every
+gradient collective or message), from which iteration times, breakdown and bottleneck follow.
+
+`simulate` picks the engine: synchronous all-reduce has a closed-form longest path per iteration
+(one barrier per collective, one communication stream) that `sgdscale.fine.allreduce` evaluates
+vectorized over workers; the parameter-server strategies, with shared NICs and fair bandwidth
+sharing, go to the general discrete-event engine `sgdscale.fine.des`.
+
+Iterations: `warmup` steps are simulated first and discarded, then `iterations` steps are
+reported (Outcome.iteration_s has `iterations` samples).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sgdscale.errors import UserError
+
+if TYPE_CHECKING:
+    from sgdscale.cluster import Cluster
+    from sgdscale.comm.cost import CommModel
+    from sgdscale.profile import Profile
+    from sgdscale.result import Outcome
+    from sgdscale.strategy import Strategy
+
+
+def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
+             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
+    """Fine-grained prediction of one cluster size (see the module docstring)."""
+    if iterations < 1:
+        raise UserError(f"iterations must be at least 1, got {iterations}")
+    if warmup < 0:
+        raise UserError(f"warm-up iterations must not be negative, got {warmup}")
+    if strategy.kind == "allreduce":
+        from sgdscale.fine.allreduce import simulate_allreduce
+
+        return simulate_allreduce(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup,
+                                  seed=seed, variability=variability, timeline=timeline)
+    try:
+        from sgdscale.fine.des import simulate_des
+    except ModuleNotFoundError as error:
+        if error.name != "sgdscale.fine.des":
+            raise
+        raise UserError(
+            f"the fine-grained simulator for '{strategy.kind}' is not part of this build; "
+            "use --strategy allreduce or --method coarse"
+        ) from None
+    return simulate_des(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
+                        variability=variability, timeline=timeline)
+
+
+__all__ = ["simulate"]
