@@ -251,6 +251,8 @@ class Testbed:
     no quota. The node cgroups together must not promise more cores than the machine has.
     """
 
+    __test__ = False  # not a pytest test class, despite the name
+
     def __init__(
         self,
         nodes: int,

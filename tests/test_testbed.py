@@ -1,0 +1,232 @@
+"""The emulated cluster: it builds, shapes links, caps CPU, and always leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sgdscale.errors import UserError
+from sgdscale.runtime import testbed as tb
+from sgdscale.runtime.testbed import Testbed, sweep_leftovers
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)")
+pytestmark = [pytest.mark.testbed, pytest.mark.timeout(120)]
+
+BUSY = ("import json, time\nwall = time.perf_counter(); cpu = time.process_time()\n"
+        "while time.perf_counter() - wall < {s}: pass\n"
+        "print(json.dumps({{'cpu_s': time.process_time() - cpu, 'wall_s': time.perf_counter() - wall}}))\n")
+
+
+def leftovers(prefix: str) -> list[str]:
+    """Everything on the machine that still carries this testbed's prefix."""
+    found = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith(prefix)]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if prefix in line]
+    found += [f"cgroup {p.name}" for p in tb.CGROUP_CPU_ROOT.glob(f"{prefix}*")]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cgroups = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if f"/{prefix}-node" in cgroups:
+            found.append(f"process {proc.name}")
+    return found
+
+
+def pid_gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """True once `pid` no longer runs (a zombie waiting for its parent counts as gone)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# --- no root needed ---------------------------------------------------------------------------
+
+def test_rejects_quotas_beyond_the_machine():
+    cores = os.cpu_count() or 1
+    with pytest.raises(UserError, match="add up to"):
+        Testbed(4, 1e8, cores)
+
+
+def test_rejects_bad_shapes():
+    with pytest.raises(UserError, match="one per node"):
+        Testbed(3, 1e8, [0.2, 0.2])
+    with pytest.raises(UserError, match="1 to"):
+        Testbed(0, 1e8, 0.1)
+    with pytest.raises(UserError, match="below the kernel's minimum"):
+        Testbed(2, 1e8, 0.01)
+    with pytest.raises(UserError, match="bandwidth must be positive"):
+        Testbed(2, 0, 0.5)
+
+
+def test_names_fit_ifnamsiz_even_for_the_largest_pid():
+    bed = Testbed(tb.MAX_NODES, 1e8, None, name_prefix="sgs4194304z")
+    assert len(bed.host_veth(tb.MAX_NODES - 1)) <= 15
+    assert len(bed.bridge) <= 15
+    assert Testbed(2, 1e8, None).prefix != Testbed(2, 1e8, None).prefix  # unique per instance
+
+
+def test_wrap_joins_the_cgroup_before_entering_the_namespace():
+    bed = Testbed(2, 1e8, 0.5)
+    argv = bed.wrap(1, ["python", "-c", "pass"], {"RANK": "1", "PATH": os.environ.get("PATH", "")})
+    assert argv[:2] == ["sh", "-c"]
+    assert f"{bed.cgroup(1)}/cgroup.procs" in argv[2] and argv[2].endswith('exec "$@"')
+    rest = argv[4:]
+    assert rest[:4] == ["ip", "netns", "exec", bed.netns(1)]
+    assert "RANK=1" in rest and not any(a.startswith("PATH=") for a in rest)  # unchanged vars inherited
+    assert rest[-3:] == ["python", "-c", "pass"]
+    assert bed.master_addr() == "10.200.0.1" and bed.socket_ifname() == "eth0"
+    with pytest.raises(UserError, match="rank 2 has no node"):
+        bed.wrap(2, ["true"], {})
+
+
+def test_preflight_says_root_is_needed(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(UserError, match="needs root"):
+        tb.preflight()
+
+
+def test_tbf_parameters_scale_with_rate():
+    slow, fast = tb.TbfParams.for_rate(1e6), tb.TbfParams.for_rate(10e9)
+    assert slow.burst_bytes >= 32 * 1024 and slow.limit_bytes > slow.burst_bytes
+    assert fast.burst_bytes == int(10e9 / 8 * 1e-3)  # 1 ms of line rate
+    assert fast.limit_bytes >= 10e9 / 8 * 0.05
+
+
+# --- real namespaces (root) -------------------------------------------------------------------
+
+@needs_root
+def test_builds_and_tears_down_cleanly():
+    with Testbed(2, 100e6, 0.5) as bed:
+        prefix = bed.prefix
+        assert {f"netns {bed.netns(0)}", f"netns {bed.netns(1)}"} <= set(leftovers(prefix))
+        addr = bed.run_on_node(1, ["ip", "-o", "-4", "addr", "show", "dev", "eth0"], timeout_s=10)
+        assert "10.200.0.2/24" in addr.stdout
+        qdisc = bed.run_on_node(0, ["tc", "qdisc", "show", "dev", "eth0"], timeout_s=10)
+        assert "tbf" in qdisc.stdout and "100Mbit" in qdisc.stdout
+        host_qdisc = subprocess.run(["tc", "qdisc", "show", "dev", bed.host_veth(0)], capture_output=True, text=True)
+        assert "tbf" in host_qdisc.stdout  # shaped toward the node too
+        # the process really runs in its cgroup (joined before `ip netns exec`)
+        cg = bed.run_on_node(0, ["cat", "/proc/self/cgroup"], timeout_s=10)
+        assert f"/{prefix}-node0" in cg.stdout
+        sleeper = bed.popen(1, ["sleep", "300"])
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    assert leftovers(prefix) == []
+
+
+@needs_root
+def test_tears_down_after_an_exception_and_a_killed_node_process():
+    with pytest.raises(RuntimeError, match="boom"):
+        with Testbed(3, 1e9, 0.3) as bed:
+            prefix = bed.prefix
+            dead = bed.popen(0, ["sleep", "300"])
+            alive = bed.popen(2, ["sleep", "300"])
+            time.sleep(0.2)
+            dead.kill()
+            dead.wait(timeout=5)
+            raise RuntimeError("boom")
+    assert alive.wait(timeout=10) == -signal.SIGKILL
+    assert leftovers(prefix) == []
+
+
+_OWNER = textwrap.dedent("""
+    import json, sys, time
+    from sgdscale.runtime.testbed import Testbed
+    with Testbed(2, 1e8, 0.3) as bed:
+        child = bed.popen(1, ["sleep", "300"])
+        time.sleep(0.2)
+        print(json.dumps({"prefix": bed.prefix, "pid": child.pid}), flush=True)
+        time.sleep(300)
+""")
+
+
+def _start_owner() -> tuple[subprocess.Popen, str, int]:
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdout=subprocess.PIPE, text=True)
+    line = owner.stdout.readline()
+    assert line, "the testbed owner process did not start"
+    info = json.loads(line)
+    assert leftovers(info["prefix"])
+    return owner, info["prefix"], info["pid"]
+
+
+@needs_root
+def test_sigterm_to_the_owner_tears_everything_down():
+    owner, prefix, child = _start_owner()
+    owner.send_signal(signal.SIGTERM)
+    assert owner.wait(timeout=30) == 128 + signal.SIGTERM
+    assert pid_gone(child)
+    assert leftovers(prefix) == []
+
+
+@needs_root
+def test_sweep_removes_what_a_killed_owner_left():
+    owner, prefix, child = _start_owner()
+    owner.kill()  # SIGKILL: no handler runs, everything is left behind
+    owner.wait(timeout=10)
+    assert any(item.startswith("netns") for item in leftovers(prefix))
+    assert prefix in sweep_leftovers()  # the owner's pid is dead, so it is swept
+    assert pid_gone(child)
+    assert leftovers(prefix) == []
+
+
+def _transfer(bed: Testbed, src: int, dst: int, port: int, nbytes: int) -> subprocess.Popen:
+    return bed.popen(src, [sys.executable, "-c", tb._SENDER, bed.address(dst), str(port), str(nbytes)],
+                     stdout=subprocess.PIPE, text=True)
+
+
+@needs_root
+@pytest.mark.parametrize("rate_bps", [100e6, 1e9])
+def test_shaped_bandwidth_is_close_to_nominal(rate_bps):
+    # tbf counts Ethernet+IP+TCP headers, so TCP goodput tops out at ~95.6 % of the rate (MTU 1500)
+    with Testbed(2, rate_bps, 0.9) as bed:
+        for src, dst in ((0, 1), (1, 0)):
+            result = bed.measure_bandwidth(src, dst, nbytes=int(rate_bps / 8 * 0.8))
+            assert 0.8 * rate_bps <= result.bps <= 1.05 * rate_bps, (src, dst, result)
+
+
+@needs_root
+def test_receiver_nic_is_shared_by_concurrent_senders():
+    """Two nodes sending to one: their sum is the receiver's rate (shaped toward the node)."""
+    rate = 100e6
+    nbytes = int(rate / 8 * 0.6)
+    with Testbed(3, rate, 0.6) as bed:
+        receivers = [bed.popen(0, [sys.executable, "-c", tb._RECEIVER, str(port)]) for port in (5301, 5302)]
+        start = time.perf_counter()
+        senders = [_transfer(bed, 1, 0, 5301, nbytes), _transfer(bed, 2, 0, 5302, nbytes)]
+        outs = [json.loads(s.communicate(timeout=30)[0]) for s in senders]
+        wall_s = time.perf_counter() - start
+        for r in receivers:
+            r.wait(timeout=10)
+    assert all(o["bytes"] == nbytes for o in outs)
+    aggregate_bps = 2 * nbytes * 8 / wall_s
+    assert 0.7 * rate <= aggregate_bps <= 1.05 * rate, aggregate_bps  # not 2x: the node's NIC is the limit
+
+
+@needs_root
+@pytest.mark.parametrize("quota", [0.25, 0.5])
+def test_cpu_quota_limits_a_busy_loop(quota):
+    with Testbed(2, 1e9, quota) as bed:
+        run = bed.run_on_node(1, [sys.executable, "-c", BUSY.format(s=1.5)], timeout_s=30)
+        assert run.returncode == 0, run.stderr
+        stats = bed.cpu_stats(1)
+    busy = json.loads(run.stdout)
+    share = busy["cpu_s"] / busy["wall_s"]
+    assert share == pytest.approx(quota, rel=0.1)  # measured 0.249 and 0.499 at quotas 0.25 and 0.5
+    assert stats["nr_throttled"] > 0
