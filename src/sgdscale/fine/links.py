@@ -1,0 +1,240 @@
+"""Full-duplex NIC links shared max-min fairly by connections (flow-level network model).
+
+A *connection* carries messages from one node to another, FIFO, like one TCP stream: its traffic
+crosses the sender's uplink and the receiver's downlink. All connections that have a message in
+flight share the links max-min fairly (progressive filling, as SimGrid's LMM model); rates are
+recomputed only when the set of active connections changes, not at every message boundary,
+because a backlogged connection keeps its share while it moves from one message to the next.
+That keeps the cost per event proportional to the active connections, and a connection that is
+continuously backlogged costs one event per message.
+
+A message is *released* at a given time (it may be queued ahead of time, e.g. a gradient that
+backward will produce later); it is transmitted after every earlier message of its connection and
+is *delivered* `alpha_s` (per-message latency) after its last byte left.
+
+The network does not own the clock: it pushes events into the caller's heap as tuples
+`(time_s, seq, kind, a, b)` with `kind` in {base+DONE, base+RELEASE, base+DELIVER}; the caller's
+loop dispatches DONE/RELEASE back to `on_done`/`on_release`, calls `reallocate(now)` before time
+advances while `dirty` is set, and handles DELIVER (a = token, b = tag given to `send`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+
+DONE, RELEASE, DELIVER = 0, 1, 2
+
+
+class EventQueue:
+    """A heap of (time_s, seq, kind, a, b) tuples; `seq` breaks ties deterministically (FIFO)."""
+
+    __slots__ = ("heap", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = itertools.count()
+
+    def push(self, time_s: float, kind: int, a: int = 0, b: int = 0) -> None:
+        heapq.heappush(self.heap, (time_s, next(self.seq), kind, a, b))
+
+
+class LinkNetwork:
+    """Links with capacities in bytes/s, connections over (uplink, downlink) pairs, max-min sharing."""
+
+    def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float, kind_base: int = 0,
+                 names: list[str] | None = None) -> None:
+        if any(not c > 0 for c in capacities_Bps):
+            raise ValueError("link capacities must be positive")
+        self.queue = queue
+        self.cap = [float(c) for c in capacities_Bps]
+        self.names = names or [f"link {i}" for i in range(len(capacities_Bps))]
+        self.alpha_s = float(alpha_s)
+        self.kind_done = kind_base + DONE
+        self.kind_release = kind_base + RELEASE
+        self.kind_deliver = kind_base + DELIVER
+        nl = len(self.cap)
+        # Per link: total rate now, bytes carried so far (at l_last), time of the last update.
+        self.l_rate = [0.0] * nl
+        self.l_bytes = [0.0] * nl
+        self.l_last = [0.0] * nl
+        # Per connection.
+        self.c_up: list[int] = []
+        self.c_down: list[int] = []
+        self.c_queue: list[deque] = []
+        self.c_rem: list[float] = []  # bytes left of the head message at c_t
+        self.c_t: list[float] = []
+        self.c_rate: list[float] = []
+        self.c_ver: list[int] = []
+        self.c_pending: list[bool] = []  # a RELEASE event is scheduled
+        self.c_start: list[float] = []  # when the head message started to move (for timelines)
+        self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
+        self.dirty = False
+        self.on_transfer = None  # optional callback(conn, token, tag, start_s, end_s) for timelines
+        self.reallocations = 0
+
+    def add_connection(self, up: int, down: int) -> int:
+        self.c_up.append(up)
+        self.c_down.append(down)
+        self.c_queue.append(deque())
+        self.c_rem.append(0.0)
+        self.c_t.append(0.0)
+        self.c_rate.append(0.0)
+        self.c_ver.append(0)
+        self.c_pending.append(False)
+        self.c_start.append(0.0)
+        return len(self.c_up) - 1
+
+    # --- messages -------------------------------------------------------------------------------
+    def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
+        """Queue a message on `conn`, released at `release_s` (>= the previous message's release)."""
+        q = self.c_queue[conn]
+        q.append((release_s, nbytes, token, tag))
+        if len(q) == 1:
+            self._head_arrived(conn, now)
+
+    def _head_arrived(self, conn: int, now: float) -> None:
+        """The queue's head is new: start it if released, otherwise wake up at its release time."""
+        release_s, nbytes, _, _ = self.c_queue[conn][0]
+        if release_s <= now:
+            self.c_rem[conn] = nbytes
+            self.c_t[conn] = now
+            self.c_start[conn] = now
+            self.c_rate[conn] = 0.0
+            self.c_ver[conn] += 1
+            self.active[conn] = None
+            self.dirty = True
+        elif not self.c_pending[conn]:
+            self.c_pending[conn] = True
+            self.queue.push(release_s, self.kind_release, conn, 0)
+
+    def on_release(self, conn: int, now: float) -> None:
+        self.c_pending[conn] = False
+        if self.c_queue[conn] and conn not in self.active:
+            self._head_arrived(conn, now)
+
+    def on_done(self, conn: int, version: int, now: float) -> None:
+        """The head message of `conn` sent its last byte (unless the event is stale)."""
+        if version != self.c_ver[conn]:
+            return
+        q = self.c_queue[conn]
+        _, _, token, tag = q.popleft()
+        if self.on_transfer is not None:
+            self.on_transfer(conn, token, tag, self.c_start[conn], now)
+        self.queue.push(now + self.alpha_s, self.kind_deliver, token, tag)
+        if q and q[0][0] <= now:
+            # Backlogged: the next message continues at the same rate; nobody else's share changes.
+            nbytes = q[0][1]
+            self.c_rem[conn] = nbytes
+            self.c_t[conn] = now
+            self.c_start[conn] = now
+            ver = self.c_ver[conn] + 1
+            self.c_ver[conn] = ver
+            rate = self.c_rate[conn]
+            if rate > 0.0:
+                self.queue.push(now + nbytes / rate, self.kind_done, conn, ver)
+            return
+        del self.active[conn]
+        self.c_ver[conn] += 1
+        self._account(self.c_up[conn], now)
+        self._account(self.c_down[conn], now)
+        self.l_rate[self.c_up[conn]] -= self.c_rate[conn]
+        self.l_rate[self.c_down[conn]] -= self.c_rate[conn]
+        self.c_rate[conn] = 0.0
+        self.dirty = True
+        if q:
+            self._head_arrived(conn, now)
+
+    def _account(self, link: int, now: float) -> None:
+        self.l_bytes[link] += self.l_rate[link] * (now - self.l_last[link])
+        self.l_last[link] = now
+
+    # --- sharing --------------------------------------------------------------------------------
+    def reallocate(self, now: float) -> None:
+        """Max-min fair rates for the active connections (progressive filling over their links)."""
+        self.dirty = False
+        self.reallocations += 1
+        active = self.active
+        if not active:
+            return
+        c_up, c_down, c_rate, c_rem, c_t = self.c_up, self.c_down, self.c_rate, self.c_rem, self.c_t
+        cap = self.cap
+        count: dict[int, int] = {}
+        conns_on: dict[int, list[int]] = {}
+        for c in active:
+            # Bring the bytes left up to date at the old rate.
+            rate = c_rate[c]
+            if rate > 0.0:
+                c_rem[c] -= rate * (now - c_t[c])
+                if c_rem[c] < 0.0:
+                    c_rem[c] = 0.0
+            c_t[c] = now
+            for link in (c_up[c], c_down[c]):
+                lst = conns_on.get(link)
+                if lst is None:
+                    conns_on[link] = [c]
+                    count[link] = 1
+                else:
+                    lst.append(c)
+                    count[link] += 1
+        left = {link: cap[link] for link in count}
+        heap = [(left[link] / n, link) for link, n in count.items()]
+        heapq.heapify(heap)
+        new_rate: dict[int, float] = {}
+        while heap:
+            share, link = heapq.heappop(heap)
+            n = count[link]
+            if n == 0 or left[link] / n != share:
+                continue  # stale entry: this link's share rose since it was pushed
+            for c in conns_on[link]:
+                if c in new_rate:
+                    continue
+                new_rate[c] = share
+                other = c_down[c] if c_up[c] == link else c_up[c]
+                left[other] -= share
+                count[other] -= 1
+                if count[other] > 0:
+                    if left[other] < 0.0:
+                        left[other] = 0.0
+                    heapq.heappush(heap, (left[other] / count[other], other))
+            count[link] = 0
+        l_rate, push, kind_done = self.l_rate, self.queue.push, self.kind_done
+        for link in conns_on:
+            self._account(link, now)
+        for c, rate in new_rate.items():
+            old = c_rate[c]
+            if rate == old:
+                continue
+            l_rate[c_up[c]] += rate - old
+            l_rate[c_down[c]] += rate - old
+            c_rate[c] = rate
+            ver = self.c_ver[c] + 1
+            self.c_ver[c] = ver
+            push(now + c_rem[c] / rate, kind_done, c, ver)
+
+    def bytes_carried(self, link: int, now: float) -> float:
+        """Bytes the link has carried up to `now` (rates are constant since the last change)."""
+        return self.l_bytes[link] + self.l_rate[link] * (now - self.l_last[link])
+
+
+def run_network(net: LinkNetwork) -> list[tuple[float, int, int]]:
+    """Drive a network alone (tests, small studies): returns (delivery time, token, tag) in order."""
+    q = net.queue
+    heap = q.heap
+    now = 0.0
+    out = []
+    while True:
+        if net.dirty and (not heap or heap[0][0] > now):
+            net.reallocate(now)
+        if not heap:
+            break
+        t, _, kind, a, b = heapq.heappop(heap)
+        now = t
+        if kind == net.kind_done:
+            net.on_done(a, b, now)
+        elif kind == net.kind_release:
+            net.on_release(a, now)
+        elif kind == net.kind_deliver:
+            out.append((t, a, b))
+    return out

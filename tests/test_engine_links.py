@@ -1,0 +1,108 @@
+"""The flow-level link model: max-min fair sharing of full-duplex NIC links."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sgdscale.fine.links import EventQueue, LinkNetwork, run_network
+
+
+def _net(caps, alpha=0.0):
+    return LinkNetwork(EventQueue(), caps, alpha)
+
+
+def test_one_flow_gets_the_full_bandwidth_plus_latency():
+    net = _net([100.0, 50.0], alpha=0.5)  # uplink 100 B/s, downlink 50 B/s
+    c = net.add_connection(0, 1)
+    net.send(c, 200.0, 0.0, 0.0, token=7)
+    out = run_network(net)
+    assert out == [(pytest.approx(200.0 / 50.0 + 0.5), 7, 0)]
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 16])
+def test_k_equal_flows_share_a_downlink_and_finish_together(k):
+    # k senders with fast uplinks into one receiver whose downlink is the bottleneck.
+    caps = [1000.0] * k + [10.0]
+    net = _net(caps)
+    for i in range(k):
+        c = net.add_connection(i, k)
+        net.send(c, 30.0, 0.0, 0.0, token=i)
+    out = run_network(net)
+    assert len(out) == k
+    for t, _, _ in out:
+        assert t == pytest.approx(30.0 * k / 10.0)
+    # Each got 1/k of the downlink: bytes carried = all of them.
+    assert net.bytes_carried(k, out[-1][0]) == pytest.approx(30.0 * k)
+
+
+def test_max_min_fairness_two_links_hand_computed():
+    # Links: A.up=10, B.up=10, S.down=12, T.down=100. Flows: A->S, B->S, B->T.
+    # B.up is shared by B->S and B->T; S.down by A->S and B->S.
+    # Progressive filling: fair shares S.down 12/2=6, B.up 10/2=5, A.up 10, T.down 100 -> B.up first:
+    # B->S = B->T = 5; then S.down has 12-5=7 left for A->S (A.up allows 10) -> A->S = 7.
+    net = _net([10.0, 10.0, 12.0, 100.0])
+    a_s = net.add_connection(0, 2)
+    b_s = net.add_connection(1, 2)
+    b_t = net.add_connection(1, 3)
+    for c in (a_s, b_s, b_t):
+        net.send(c, 1e6, 0.0, 0.0, token=c)
+    net.reallocate(0.0)
+    assert net.c_rate[a_s] == pytest.approx(7.0)
+    assert net.c_rate[b_s] == pytest.approx(5.0)
+    assert net.c_rate[b_t] == pytest.approx(5.0)
+
+
+def test_rates_rise_when_a_flow_leaves():
+    # Two flows share a 10 B/s downlink; the short one (10 B) leaves at t=2, the long one (30 B)
+    # then runs alone at 10 B/s: 10 B done by t=2, 20 B left -> t = 4.
+    net = _net([100.0, 100.0, 10.0])
+    c1 = net.add_connection(0, 2)
+    c2 = net.add_connection(1, 2)
+    net.send(c1, 10.0, 0.0, 0.0, token=1)
+    net.send(c2, 30.0, 0.0, 0.0, token=2)
+    out = dict((tok, t) for t, tok, _ in run_network(net))
+    assert out[1] == pytest.approx(2.0)
+    assert out[2] == pytest.approx(4.0)
+
+
+def test_messages_on_one_connection_are_fifo_and_released_on_time():
+    net = _net([10.0, 10.0])
+    c = net.add_connection(0, 1)
+    net.send(c, 10.0, 0.0, 0.0, token=1)  # 0..1
+    net.send(c, 10.0, 0.5, 0.0, token=2)  # released during the first: 1..2
+    net.send(c, 10.0, 5.0, 0.0, token=3)  # released after idle: 5..6
+    out = run_network(net)
+    assert [tok for _, tok, _ in out] == [1, 2, 3]
+    assert [t for t, _, _ in out] == pytest.approx([1.0, 2.0, 6.0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    caps=st.lists(st.floats(1.0, 100.0), min_size=4, max_size=4),
+    msgs=st.lists(st.tuples(st.integers(0, 1), st.integers(2, 3), st.floats(0.0, 50.0), st.floats(0.0, 5.0)),
+                  min_size=1, max_size=12),
+)
+def test_bytes_are_conserved_and_links_never_exceed_capacity(caps, msgs):
+    net = _net(caps)
+    conns = {}
+    for src, dst, nbytes, release in sorted(msgs, key=lambda m: m[3]):
+        c = conns.setdefault((src, dst), net.add_connection(src, dst))
+        net.send(c, nbytes, release, 0.0, token=len(conns))
+    # Check capacity at every reallocation.
+    original = net.reallocate
+
+    def checked(now):
+        original(now)
+        for link, cap in enumerate(caps):
+            assert net.l_rate[link] <= cap * (1 + 1e-9) + 1e-12
+    net.reallocate = checked
+    out = run_network(net)
+    assert len(out) == len(msgs)
+    end = max(t for t, _, _ in out)
+    total = sum(m[2] for m in msgs)
+    up = net.bytes_carried(0, end) + net.bytes_carried(1, end)
+    down = net.bytes_carried(2, end) + net.bytes_carried(3, end)
+    assert up == pytest.approx(total, rel=1e-6, abs=1e-6)
+    assert down == pytest.approx(total, rel=1e-6, abs=1e-6)
+    # No message can beat its own link bottleneck.
+    assert end >= max(m[3] for m in msgs) - 1e-12
