@@ -1,0 +1,306 @@
+"""The three coarse-grained models: sync all-reduce, sync parameter server, async parameter server.
+
+See the package docstring (`sgdscale.coarse`) for the phases of each model and
+`sgdscale.coarse.heuristics` for the overlap formulas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.coarse import heuristics as hz
+from sgdscale.coarse.mva import solve_mva
+from sgdscale.coarse.phases import (
+    gradient_groups,
+    forward_need_s,
+    link_beta_s_per_byte,
+    optimizer_mean_s,
+    pre_barrier_max,
+    pre_barrier_one,
+    pre_barrier_samples,
+    shard_bytes,
+    worker_scales,
+)
+from sgdscale.comm.cost import CommModel
+from sgdscale.profile import Profile
+from sgdscale.result import Breakdown, Outcome
+from sgdscale.strategy import Strategy
+from sgdscale.units import format_bytes, format_seconds
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.0f}%" if whole > 0 else "0%"
+
+
+def _step_samples(base: np.ndarray | float, extra_s: float, iterations: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(base, dtype=float) + extra_s, (iterations,)).copy()
+
+
+# --------------------------------------------------------------------------- sync all-reduce
+
+def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+                    iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
+    """step = E[max_i pre_i] + exposed all-reduce time + optimizer (slowest worker)."""
+    n = cluster.workers
+    scales = worker_scales(cluster)
+    slow = float(scales.max())
+    pre_max = pre_barrier_max(profile, cluster, variability)
+
+    # The ring (and tree) move every byte over the slowest NIC, so its beta term is scaled by it.
+    link_factor = max(cluster.bandwidth_bps / cluster.worker_bandwidth_bps(i) for i in range(n))
+    linear = comm.allreduce_linear(n)
+    groups = gradient_groups(profile, strategy, comm, n)
+    if linear is None:
+        comm_s = [0.0 for _ in groups]
+    else:
+        comm_s = [linear.alpha_s + linear.beta_s_per_byte * link_factor * g.nbytes for g in groups]
+    total_comm = float(sum(comm_s))
+    if heuristics:
+        exposed = hz.backward_exposed_s(comm_s, [slow * g.ready_s for g in groups], slow * profile.backward_s)
+    else:
+        exposed = total_comm
+    optimizer = slow * optimizer_mean_s(profile, variability)
+    step_mean = pre_max.mean + exposed + optimizer
+
+    if pre_max.values.size > 1:
+        steps = pre_max.sample(iterations, np.random.default_rng(seed)) + exposed + optimizer
+    else:
+        steps = _step_samples(pre_max.values[0], exposed + optimizer, iterations)
+
+    one = pre_barrier_one(profile, variability).mean
+    compute = float(scales.mean()) * one + optimizer * float(scales.mean()) / slow
+    wait = max(0.0, step_mean - compute - exposed)
+    breakdown = Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait)
+    utilization = {"worker compute": compute / step_mean, "network (all-reduce)": total_comm / step_mean}
+    nbytes = sum(g.nbytes for g in groups)
+    if exposed >= wait and exposed > 0.05 * step_mean:
+        bottleneck = (
+            f"communication: all-reduce of {format_bytes(nbytes)} per step takes {format_seconds(total_comm)}, "
+            f"{format_seconds(exposed)} of it not hidden behind backward ({_pct(exposed, step_mean)} of the step): "
+            "add bandwidth, use larger buckets or compress gradients"
+        )
+    elif wait > 0.05 * step_mean:
+        bottleneck = (
+            f"stragglers: workers wait {format_seconds(wait)} per step for the slowest one "
+            f"({_pct(wait, step_mean)} of the step): balance worker speeds or reduce compute variability"
+        )
+    else:
+        bottleneck = (
+            f"compute: {_pct(compute, step_mean)} of each step is compute, communication adds "
+            f"{format_seconds(exposed)}: scaling is near linear"
+        )
+    return Outcome(
+        iteration_s=steps,
+        throughput=n * profile.batch_size / step_mean,
+        breakdown=breakdown,
+        bottleneck=bottleneck,
+        utilization=utilization,
+    )
+
+
+# --------------------------------------------------------------------------- parameter server
+
+class _ServerCosts:
+    """Per-shard bytes and per-byte costs shared by the sync and async PS models."""
+
+    def __init__(self, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel) -> None:
+        self.shards = cluster.ps_count
+        self.bytes = shard_bytes(profile, strategy, self.shards)
+        self.total_bytes = float(profile.gradient_bytes)
+        self.fraction = self.bytes / self.total_bytes if self.total_bytes > 0 else np.zeros(self.shards)
+        self.server_beta = link_beta_s_per_byte(comm, cluster, cluster.server_bandwidth_bps)
+        self.worker_betas = np.array([link_beta_s_per_byte(comm, cluster, cluster.worker_bandwidth_bps(i))
+                                      for i in range(cluster.workers)])
+        self.alpha = comm.p2p.alpha_s if self.total_bytes > 0 else 0.0
+        self.gamma = comm.gamma_s_per_byte
+        self.update_s = profile.step.optimizer_s * self.fraction  # one shard's share of one update
+
+
+def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+                  iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
+    """step = E[max_i pre_i] + push + server update + pull (each phase a barrier).
+
+    push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
+    down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
+    the N gradients (gamma per byte) and updates once (its share of the profiled optimizer time).
+    pull mirrors push on the up-links. One latency per phase (messages are pipelined).
+    """
+    n = cluster.workers
+    scales = worker_scales(cluster)
+    slow = float(scales.max())
+    costs = _ServerCosts(profile, cluster, strategy, comm)
+    pre_max = pre_barrier_max(profile, cluster, variability)
+
+    shard_nic_s = n * costs.bytes * costs.server_beta  # per shard, per direction
+    worker_nic_s = float(costs.worker_betas.max()) * costs.total_bytes
+    transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s)
+    push = costs.alpha + transfer if costs.total_bytes > 0 else 0.0
+    pull = push
+    update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes
+    update = float(update_per_shard.max(initial=0.0))
+
+    if heuristics:
+        groups = gradient_groups(profile, strategy, comm, n)
+        push_exposed = hz.backward_exposed_s(
+            hz.split_by_bytes(push, [g.nbytes for g in groups]),
+            [slow * g.ready_s for g in groups], slow * profile.backward_s)
+        pull_exposed = hz.forward_exposed_s(pull, [(b, slow * need) for b, need in forward_need_s(profile)])
+    else:
+        push_exposed, pull_exposed = push, pull
+    exposed = push_exposed + pull_exposed
+    step_mean = pre_max.mean + exposed + update
+
+    if pre_max.values.size > 1:
+        steps = pre_max.sample(iterations, np.random.default_rng(seed)) + exposed + update
+    else:
+        steps = _step_samples(pre_max.values[0], exposed + update, iterations)
+
+    compute = float(scales.mean()) * pre_barrier_one(profile, variability).mean
+    wait = max(0.0, step_mean - compute - exposed)
+    utilization = {"worker compute": compute / step_mean, "worker NIC out": worker_nic_s / step_mean}
+    for s in range(costs.shards):
+        utilization[f"server {s} NIC in"] = shard_nic_s[s] / step_mean
+        utilization[f"server {s} CPU"] = update_per_shard[s] / step_mean
+        utilization[f"server {s} NIC out"] = shard_nic_s[s] / step_mean
+
+    busiest = int(np.argmax(shard_nic_s)) if costs.shards else 0
+    if exposed >= max(update, wait) and exposed > 0.05 * step_mean:
+        if shard_nic_s.size and shard_nic_s[busiest] >= worker_nic_s:
+            where = (f"server {busiest} NIC: it receives and sends {format_bytes(n * costs.bytes[busiest])} per step "
+                     f"({format_seconds(shard_nic_s[busiest])} each way)")
+            advice = "add parameter servers or server bandwidth"
+        else:
+            where = f"worker NICs: each sends and receives {format_bytes(costs.total_bytes)} per step"
+            advice = "add worker bandwidth"
+        bottleneck = f"communication: {where}, {_pct(exposed, step_mean)} of the step exposed: {advice}"
+    elif update >= wait and update > 0.05 * step_mean:
+        bottleneck = (f"server update: shards spend {format_seconds(update)} per step aggregating and updating "
+                      f"({_pct(update, step_mean)} of the step): add parameter servers")
+    elif wait > 0.05 * step_mean:
+        bottleneck = (f"stragglers: workers wait {format_seconds(wait)} per step for the slowest one "
+                      f"({_pct(wait, step_mean)} of the step)")
+    else:
+        bottleneck = f"compute: {_pct(compute, step_mean)} of each step is compute: scaling is near linear"
+    return Outcome(
+        iteration_s=steps,
+        throughput=n * profile.batch_size / step_mean,
+        breakdown=Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait),
+        bottleneck=bottleneck,
+        utilization=utilization,
+    )
+
+
+def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
+    """Closed queueing network solved by MVA: workers are customers, server resources are queues.
+
+    Stations per shard s (demand per worker cycle): NIC in (push) b_s * beta_server; CPU (update)
+    optimizer_s * b_s / B; NIC out (pull) b_s * beta_server. The delay station (never shared) holds
+    the worker's compute (data + copy + forward + backward, mean over workers' speed factors), two
+    message latencies, and the part of its own NIC transfer that the server stations do not already
+    account for: max(0, B * beta_worker - sum_s b_s * beta_server) per direction. (A push streams
+    through the worker's up-link and the shards' down-links at once; MVA visits shards one after
+    another, so their demands already add up to the worker's own transfer when NICs are alike.)
+    Workers are one class: per-worker speed factors and slow links enter as means.
+    """
+    n = cluster.workers
+    scales = worker_scales(cluster)
+    costs = _ServerCosts(profile, cluster, strategy, comm)
+    one = pre_barrier_one(profile, variability)
+    compute = float(scales.mean()) * one.mean
+
+    nic = costs.bytes * costs.server_beta
+    names, demands, kinds = [], [], []
+    for s in range(costs.shards):
+        for name, demand, kind in ((f"server {s} NIC in (push)", nic[s], "push"),
+                                   (f"server {s} CPU (update)", costs.update_s[s], "push"),
+                                   (f"server {s} NIC out (pull)", nic[s], "pull")):
+            names.append(name)
+            demands.append(float(demand))
+            kinds.append(kind)
+    demands_arr = np.array(demands)
+    push_mask = np.array([k == "push" for k in kinds])
+    worker_nic = float(costs.worker_betas.mean()) * costs.total_bytes
+    own_excess = max(0.0, worker_nic - float(nic.sum()))  # per direction
+    think0 = compute + 2 * (costs.alpha + own_excess)
+
+    def solve(think: float):
+        return solve_mva(demands_arr, think, n)
+
+    hidden = 0.0
+    if heuristics and costs.total_bytes > 0:
+        groups = gradient_groups(profile, strategy, comm, n)
+        ready = [g.ready_s for g in groups]
+        push_bytes = [g.nbytes for g in groups]
+        needs = forward_need_s(profile)
+        scale = float(scales.mean())
+
+        def hidden_for(think: float) -> float:
+            result, _ = solve(think)
+            push_side = costs.alpha + own_excess + float(result.response_times[push_mask].sum())
+            pull_side = costs.alpha + own_excess + float(result.response_times[~push_mask].sum())
+            push_hidden = push_side - hz.backward_exposed_s(
+                hz.split_by_bytes(push_side, push_bytes), [scale * r for r in ready], scale * profile.backward_s)
+            pull_hidden = pull_side - hz.forward_exposed_s(pull_side, [(b, scale * need) for b, need in needs])
+            return push_hidden + pull_hidden
+
+        # hidden(h) - h is strictly decreasing in h (queueing grows by less than the think time
+        # shrinks), so bisection finds the unique fixed point.
+        low, high = 0.0, min(think0, scale * (profile.forward_s + profile.backward_s))
+        if hidden_for(think0 - high) >= high:
+            hidden = high
+        else:
+            for _ in range(100):
+                mid = 0.5 * (low + high)
+                if hidden_for(think0 - mid) > mid:
+                    low = mid
+                else:
+                    high = mid
+                if high - low <= 1e-13 * max(think0, 1e-30):
+                    break
+            hidden = 0.5 * (low + high)
+    result, method = solve(think0 - hidden)
+    x = result.throughput  # worker steps per second, whole cluster
+    cycle = n / x
+    util = dict(zip(names, (float(u) for u in result.utilizations)))
+
+    if variability and pre_barrier_samples(profile) is not None:
+        rng = np.random.default_rng(seed)
+        draws = one.sample(iterations, rng) * scales[rng.integers(0, n, iterations)]
+        steps = draws + (cycle - compute)
+    else:
+        steps = _step_samples(cycle, 0.0, iterations)
+
+    # Split the non-compute part of the cycle into transfer (own NIC, latencies, NIC service) and
+    # waiting (queueing, server update) in proportion to their no-overlap sizes.
+    nic = np.array(["NIC" in k for k in names], dtype=bool)
+    transfer0 = 2 * (costs.alpha + own_excess) + float(demands_arr[nic].sum())
+    wait0 = float(result.response_times.sum()) - float(demands_arr[nic].sum())
+    extra = max(0.0, cycle - compute)
+    exposed = extra * transfer0 / (transfer0 + wait0) if transfer0 + wait0 > 0 else 0.0
+    wait = extra - exposed
+    utilization = {"worker compute": compute / cycle, "worker NIC out": worker_nic / cycle, **util}
+
+    if names:
+        k = int(np.argmax(result.utilizations))
+        top, top_u = names[k], float(result.utilizations[k])
+    else:
+        top, top_u = "", 0.0
+    if top_u >= 0.8:
+        advice = "add parameter servers (shards)" if "CPU" in top else "add parameter servers or server bandwidth"
+        bottleneck = f"{top} {top_u:.0%} busy: {advice}"
+    elif compute / cycle >= 0.8:
+        bottleneck = (f"compute: workers compute {_pct(compute, cycle)} of each step; busiest server resource "
+                      f"({top or 'none'}) {top_u:.0%} busy: scaling is near linear")
+    else:
+        bottleneck = (f"communication: each worker step spends {format_seconds(cycle - compute)} "
+                      f"moving {format_bytes(costs.total_bytes)} each way; busiest server resource ({top}) "
+                      f"{top_u:.0%} busy: add worker bandwidth")
+    return Outcome(
+        iteration_s=steps,
+        throughput=x * profile.batch_size,
+        breakdown=Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait),
+        bottleneck=bottleneck + ("" if method == "exact" else " (approximate MVA)"),
+        utilization=utilization,
+    )

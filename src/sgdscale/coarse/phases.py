@@ -1,0 +1,157 @@
+"""Inputs of the coarse model, read from the profile: compute distributions, E[max], groups, shards.
+
+Compute before the barrier ("pre" = data + host-to-device + forward + backward) is the random part
+of a step. Its per-iteration samples are the rows of the fine predictor's `ComputeSampler`
+(per-layer samples summed per iteration; else the mean profile scaled by the whole-step samples'
+shape; else deterministic), so both methods read the measurements alike. Each worker i runs
+`cluster.worker_scale(i)` times slower; workers are independent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.fine.variability import ComputeSampler
+from sgdscale.grouping import group_gradients
+from sgdscale.profile import Profile
+from sgdscale.strategy import Strategy
+
+
+def pre_barrier_mean_s(profile: Profile) -> float:
+    """Mean data + copy + forward + backward of one step (everything before gradients are all out)."""
+    return profile.step.data_s + profile.step.h2d_s + profile.forward_s + profile.backward_s
+
+
+def pre_barrier_samples(profile: Profile) -> np.ndarray | None:
+    """Per-iteration samples of data + copy + forward + backward, or None when none were measured.
+
+    The rows are those of `sgdscale.fine.variability.ComputeSampler`, so coarse and fine read the
+    same measured iterations the same way.
+    """
+    sampler = ComputeSampler(profile, Cluster(1), variability=True)
+    if not sampler.variable:
+        return None
+    return (sampler.data_table_s + sampler.h2d_table_s + sampler.forward_table_s.sum(axis=1)
+            + sampler.backward_table_s.sum(axis=1))
+
+
+def optimizer_mean_s(profile: Profile, variability: bool) -> float:
+    """Mean optimizer time over the sampler's rows (whole-step samples rescale it too)."""
+    sampler = ComputeSampler(profile, Cluster(1), variability=variability)
+    return float(sampler.optimizer_table_s.mean())
+
+
+@dataclass(frozen=True)
+class Discrete:
+    """A finite distribution: sorted support points and their probabilities."""
+
+    values: np.ndarray
+    probs: np.ndarray
+
+    @property
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.probs))
+
+    def sample(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        """Inverse-CDF draws."""
+        cdf = np.cumsum(self.probs)
+        index = np.searchsorted(cdf, rng.random(size) * cdf[-1], side="right")
+        return self.values[np.minimum(index, len(self.values) - 1)]
+
+
+def max_distribution(samples: np.ndarray, scales: list[float] | np.ndarray) -> Discrete:
+    """Exact distribution of max_i(scale_i * X_i) for independent X_i ~ empirical(samples).
+
+    CDF of the max is the product of the workers' CDFs, G(t) = prod_i F(t / s_i), evaluated on the
+    union of the scaled support points; for identical workers this is E[max] = sum_i x_(i) *
+    (F_i^N - F_{i-1}^N) with F_i = i/n. Workers with the same scale share one CDF raised to their
+    count, so the cost is O(n * distinct scales), not O(n * N).
+    """
+    x = np.sort(np.asarray(samples, dtype=float))
+    n = len(x)
+    distinct, counts = np.unique(np.asarray(scales, dtype=float), return_counts=True)
+    support = np.unique(np.concatenate([s * x for s in distinct]))
+    cdf = np.ones_like(support)
+    for scale, count in zip(distinct, counts):
+        # Compare support / scale with x rather than support with scale * x: exact for scale 1.
+        f = np.searchsorted(scale * x, support, side="right") / n
+        cdf = cdf * f ** int(count)
+    probs = np.diff(cdf, prepend=0.0)
+    return Discrete(support, probs)
+
+
+def worker_scales(cluster: Cluster) -> np.ndarray:
+    return np.array([cluster.worker_scale(i) for i in range(cluster.workers)], dtype=float)
+
+
+def pre_barrier_max(profile: Profile, cluster: Cluster, variability: bool) -> Discrete:
+    """Distribution of the slowest worker's pre-barrier compute (a point mass without variability)."""
+    scales = worker_scales(cluster)
+    samples = pre_barrier_samples(profile) if variability else None
+    if samples is None:
+        return Discrete(np.array([pre_barrier_mean_s(profile) * scales.max()]), np.array([1.0]))
+    return max_distribution(samples, scales)
+
+
+def pre_barrier_one(profile: Profile, variability: bool) -> Discrete:
+    """Distribution of one as-profiled worker's pre-barrier compute."""
+    samples = pre_barrier_samples(profile) if variability else None
+    if samples is None:
+        return Discrete(np.array([pre_barrier_mean_s(profile)]), np.array([1.0]))
+    values, counts = np.unique(samples, return_counts=True)
+    return Discrete(values, counts / counts.sum())
+
+
+@dataclass(frozen=True)
+class Group:
+    """One gradient message in launch order: its bytes and when it is ready (s after backward start)."""
+
+    nbytes: float
+    ready_s: float
+
+
+def gradient_groups(profile: Profile, strategy: Strategy, comm: CommModel, workers: int) -> list[Group]:
+    """Messages in launch order from `sgdscale.grouping.group_gradients` (the fine model's groups).
+
+    Parameter servers push what the strategy groups; MG-WFBP merges for all-reduce costs, so a PS
+    strategy asking for it pushes per layer.
+    """
+    if strategy.uses_servers and strategy.grouping == "mg-wfbp":
+        strategy = replace(strategy, grouping="per-layer")
+    return [Group(float(g.bytes), float(g.ready_s)) for g in group_gradients(profile, strategy, comm, workers)]
+
+
+def forward_need_s(profile: Profile) -> list[tuple[float, float]]:
+    """(bytes, forward time before it is needed) per layer with parameters, in forward order."""
+    out, t = [], 0.0
+    for layer in profile.layers:
+        if layer.params:
+            out.append((float(sum(p.bytes for p in layer.params)), t))
+        t += layer.forward_s
+    return out
+
+
+def shard_bytes(profile: Profile, strategy: Strategy, shards: int) -> np.ndarray:
+    """Bytes of parameters on each server shard (round-robin in forward order, or greedy by size)."""
+    load = np.zeros(shards)
+    tensors = profile.tensors
+    if strategy.placement == "size":
+        for tensor in sorted(tensors, key=lambda t: -t.bytes):
+            load[int(np.argmin(load))] += tensor.bytes
+    else:
+        for index, tensor in enumerate(tensors):
+            load[index % shards] += tensor.bytes
+    return load
+
+
+def link_beta_s_per_byte(comm: CommModel, cluster: Cluster, bandwidth_bps: float) -> float:
+    """Seconds per byte on a NIC of `bandwidth_bps`: the model's p2p beta, rescaled from the nominal link.
+
+    The p2p beta may come from a fitted network file; a slower (or faster) NIC scales it by the
+    bandwidth ratio against the cluster's nominal bandwidth.
+    """
+    return comm.p2p.beta_s_per_byte * cluster.bandwidth_bps / bandwidth_bps

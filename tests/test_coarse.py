@@ -1,0 +1,276 @@
+"""Coarse-grained model: exact E[max], phase arithmetic, bounds and monotonicity."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sgdscale.cluster import Cluster
+from sgdscale.coarse import solve
+from sgdscale.coarse.heuristics import backward_exposed_exact_s, backward_exposed_s
+from sgdscale.coarse.phases import max_distribution, shard_bytes
+from sgdscale.comm.cost import CommModel
+from sgdscale.profile import IterationStats, Layer, ParamTensor, Profile, StepTimes
+from sgdscale.strategy import Strategy
+
+MB = 1_000_000
+
+
+def make_profile(sizes_mb=(1, 4, 16, 2), forward_s=0.01, backward_s=0.02, optimizer_s=0.004, data_s=0.002,
+                 samples=None, iteration_samples=None, batch=32) -> Profile:
+    layers = []
+    rng = np.random.default_rng(1)
+    for i, size in enumerate(sizes_mb):
+        params = [ParamTensor(name=f"l{i}.w", numel=int(size * MB) // 4, bytes=int(size * MB))] if size else []
+        extra = {}
+        if samples:
+            extra = {"forward_samples_s": list(forward_s * rng.lognormal(0, 0.2, samples)),
+                     "backward_samples_s": list(backward_s * rng.lognormal(0, 0.2, samples))}
+        layers.append(Layer(name=f"l{i}", forward_s=forward_s, backward_s=backward_s, params=params, **extra))
+    stats = None
+    if iteration_samples is not None:
+        arr = np.asarray(iteration_samples, dtype=float)
+        stats = IterationStats(mean=float(arr.mean()), p50=float(np.median(arr)), p95=float(np.percentile(arr, 95)),
+                               samples=list(arr))
+    return Profile(model="toy", batch_size=batch, layers=layers,
+                   step=StepTimes(data_s=data_s, optimizer_s=optimizer_s), iteration_s=stats)
+
+
+def comm_for(bandwidth_bps=10e9, latency_s=20e-6):
+    return CommModel.from_link(bandwidth_bps, latency_s)
+
+
+# ----------------------------------------------------------------------------- E[max]
+
+def brute_force_expected_max(samples, scales):
+    """Enumerate every combination of samples (one per worker), each equally likely."""
+    total = 0.0
+    combos = list(itertools.product(samples, repeat=len(scales)))
+    for combo in combos:
+        total += max(s * x for s, x in zip(scales, combo))
+    return total / len(combos)
+
+
+@pytest.mark.parametrize("samples, scales", [
+    ([1.0, 2.0, 3.0], [1, 1, 1]),
+    ([0.5, 0.5, 2.0, 1.0], [1, 1]),  # ties
+    ([1.0, 4.0], [1, 1, 1, 1, 1]),
+    ([1.0, 2.0, 3.0], [1.0, 1.5, 1.0]),  # heterogeneous workers
+    ([0.3, 0.1, 0.7], [2.0, 0.5]),
+])
+def test_expected_max_equals_brute_force(samples, scales):
+    dist = max_distribution(np.array(samples), scales)
+    assert dist.probs.sum() == pytest.approx(1.0, abs=1e-12)
+    assert dist.mean == pytest.approx(brute_force_expected_max(samples, scales), rel=1e-12)
+
+
+def test_expected_max_formula_and_monte_carlo():
+    rng = np.random.default_rng(0)
+    samples = rng.lognormal(0, 0.3, 40)
+    n = 16
+    x = np.sort(samples)
+    f = np.arange(len(x) + 1) / len(x)
+    formula = float(np.sum(x * (f[1:] ** n - f[:-1] ** n)))
+    dist = max_distribution(samples, [1.0] * n)
+    assert dist.mean == pytest.approx(formula, rel=1e-12)
+    draws = rng.choice(samples, size=(200_000, n)).max(axis=1)
+    assert dist.mean == pytest.approx(draws.mean(), rel=0.01)
+    # Sampling from the max distribution reproduces its mean too (seeded, loose).
+    assert dist.sample(100_000, rng).mean() == pytest.approx(dist.mean, rel=0.01)
+
+
+def test_expected_max_grows_with_workers():
+    samples = np.random.default_rng(3).lognormal(0, 0.3, 30)
+    means = [max_distribution(samples, [1.0] * n).mean for n in (1, 2, 4, 8, 64)]
+    assert means[0] == pytest.approx(samples.mean())
+    assert all(b >= a for a, b in zip(means, means[1:]))
+    assert means[-1] <= samples.max() + 1e-12
+
+
+# ----------------------------------------------------------------------------- sync all-reduce
+
+@pytest.mark.parametrize("variability", [False, True])
+def test_allreduce_one_worker_equals_profile_step(variability):
+    profile = make_profile(samples=20 if variability else None)
+    outcome = solve(profile, Cluster(1), Strategy("allreduce"), comm_for(), variability=variability)
+    if variability:
+        # One worker: E[max] of one = the mean of the sampled rows (data + forward + backward) + optimizer.
+        rows = sum(np.array(l.forward_samples_s[:20]) + np.array(l.backward_samples_s[:20]) for l in profile.layers)
+        expected = float(rows.mean()) + profile.step.data_s + profile.step.optimizer_s
+    else:
+        expected = profile.compute_s
+    assert profile.batch_size / outcome.throughput == pytest.approx(expected, rel=1e-12)
+    assert outcome.breakdown.exposed_comm_s == 0.0
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8, 64])
+@pytest.mark.parametrize("heuristics", [False, True])
+def test_deterministic_single_group_is_forward_backward_collective(workers, heuristics):
+    profile = make_profile()
+    comm = comm_for(1e9)
+    outcome = solve(profile, Cluster(workers, bandwidth_bps=1e9), Strategy("allreduce", grouping="single"), comm,
+                    variability=False, heuristics=heuristics)
+    expected = profile.compute_s + comm.allreduce_s(profile.gradient_bytes, workers)
+    step = profile.batch_size * workers / outcome.throughput
+    assert step == pytest.approx(expected, rel=1e-12)
+    assert np.allclose(outcome.iteration_s, expected, rtol=1e-12)
+    assert outcome.breakdown.exposed_comm_s == pytest.approx(comm.allreduce_s(profile.gradient_bytes, workers))
+    assert outcome.breakdown.wait_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_no_heuristics_sums_every_group():
+    profile = make_profile()
+    comm = comm_for(1e9)
+    outcome = solve(profile, Cluster(4, bandwidth_bps=1e9), Strategy("allreduce", grouping="per-layer"), comm,
+                    variability=False, heuristics=False)
+    groups = sum(comm.allreduce_s(size * MB, 4) for size in (1, 4, 16, 2))
+    assert outcome.breakdown.exposed_comm_s == pytest.approx(groups, rel=1e-12)
+
+
+def test_heuristic_lower_bounds_wfbp_and_is_exact_at_extremes():
+    ready = [0.02, 0.04, 0.06, 0.08]
+    for comm_s in ([0.001] * 4, [0.05, 0.05, 0.05, 0.05], [0.001, 0.05, 0.001, 0.002]):
+        heur = backward_exposed_s(comm_s, ready, 0.08)
+        exact = backward_exposed_exact_s(comm_s, ready, 0.08)
+        assert heur <= exact + 1e-15
+    # compute-bound: only the last group shows; communication-bound: everything after r_1
+    assert backward_exposed_s([0.001] * 4, ready, 0.08) == pytest.approx(0.001)
+    assert backward_exposed_s([0.05] * 4, ready, 0.08) == pytest.approx(0.02 + 0.2 - 0.08)
+    assert backward_exposed_exact_s([0.05] * 4, ready, 0.08) == pytest.approx(0.02 + 0.2 - 0.08)
+
+
+def test_heuristics_only_help_and_straggler_wait_appears():
+    profile = make_profile(samples=30)
+    cluster = Cluster(16, bandwidth_bps=10e9)
+    strat = Strategy("allreduce", grouping="per-layer")
+    with_h = solve(profile, cluster, strat, comm_for(), seed=1)
+    without = solve(profile, cluster, strat, comm_for(), seed=1, heuristics=False)
+    assert with_h.throughput >= without.throughput
+    assert with_h.breakdown.wait_s > 0  # the slowest of 16 workers is slower than the mean
+    assert len(with_h.iteration_s) == 100
+    again = solve(profile, cluster, strat, comm_for(), seed=1)
+    assert np.array_equal(again.iteration_s, with_h.iteration_s)  # seeded
+
+
+def test_whole_step_samples_feed_variability():
+    profile = make_profile(iteration_samples=[0.1, 0.12, 0.2, 0.11])
+    det = solve(profile, Cluster(8), Strategy("allreduce"), comm_for(), variability=False)
+    var = solve(profile, Cluster(8), Strategy("allreduce"), comm_for(), variability=True)
+    assert var.throughput < det.throughput
+
+
+def test_heterogeneous_worker_slows_sync_step():
+    profile = make_profile()
+    fast = solve(profile, Cluster(4), Strategy("allreduce"), comm_for(), variability=False)
+    slow = solve(profile, Cluster(4, compute_scale=(1, 1, 1, 2.0)), Strategy("allreduce"), comm_for(),
+                 variability=False)
+    assert slow.throughput < fast.throughput
+    assert "straggler" in slow.bottleneck
+
+
+def test_slow_link_slows_allreduce():
+    profile = make_profile(sizes_mb=(40, 40))
+    base = solve(profile, Cluster(4, bandwidth_bps=1e9), Strategy("allreduce"), comm_for(1e9), variability=False)
+    slow = solve(profile, Cluster(4, bandwidth_bps=1e9, slow_links=((2, 0.5e9),)), Strategy("allreduce"),
+                 comm_for(1e9), variability=False)
+    assert slow.throughput < base.throughput
+
+
+# ----------------------------------------------------------------------------- parameter server
+
+def test_ps_sync_phase_arithmetic():
+    profile = make_profile(sizes_mb=(10, 20, 30, 40), optimizer_s=0.01)
+    workers, bps = 4, 1e9
+    comm = comm_for(bps, 50e-6)
+    outcome = solve(profile, Cluster(workers, bandwidth_bps=bps, ps_count=2), Strategy("ps-sync"), comm,
+                    variability=False, heuristics=False)
+    shards = shard_bytes(profile, Strategy("ps-sync"), 2)  # round-robin: 40 MB and 60 MB
+    assert list(shards) == [40 * MB, 60 * MB]
+    push = 50e-6 + workers * 60 * MB * 8 / bps
+    update = 0.01 * 0.6
+    expected = profile.step.data_s + profile.forward_s + profile.backward_s + 2 * push + update
+    assert profile.batch_size * workers / outcome.throughput == pytest.approx(expected, rel=1e-12)
+    assert outcome.utilization["server 1 NIC in"] > outcome.utilization["server 0 NIC in"]
+    assert "server 1 NIC" in outcome.bottleneck
+
+
+def test_size_placement_balances_shards():
+    profile = make_profile(sizes_mb=(10, 20, 30, 40))
+    assert sorted(shard_bytes(profile, Strategy("ps-sync", placement="size"), 2)) == [50 * MB, 50 * MB]
+
+
+def test_ps_async_one_worker_has_no_queueing():
+    profile = make_profile(sizes_mb=(10, 20), optimizer_s=0.01)
+    comm = comm_for(1e9, 0.0)
+    out = solve(profile, Cluster(1, bandwidth_bps=1e9), Strategy("ps-async"), comm, variability=False,
+                heuristics=False)
+    transfer = 30 * MB * 8 / 1e9
+    expected = profile.step.data_s + profile.forward_s + profile.backward_s + 2 * transfer + 0.01
+    assert profile.batch_size / out.throughput == pytest.approx(expected, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(workers=st.integers(1, 200), shards=st.integers(1, 4), bandwidth=st.floats(1e8, 1e11),
+       server_factor=st.floats(0.5, 4.0), heuristics=st.booleans())
+def test_ps_async_never_beats_bottleneck_bound(workers, shards, bandwidth, server_factor, heuristics):
+    profile = make_profile(sizes_mb=(5, 0, 12, 3), optimizer_s=0.003)
+    cluster = Cluster(workers, bandwidth_bps=bandwidth, ps_count=shards, ps_bandwidth_bps=bandwidth * server_factor)
+    comm = comm_for(bandwidth)
+    out = solve(profile, cluster, Strategy("ps-async"), comm, variability=False, heuristics=heuristics)
+    shard = shard_bytes(profile, Strategy("ps-async"), shards)
+    beta_server = 8 / (bandwidth * server_factor)
+    d_max = max(float(shard.max()) * beta_server, profile.step.optimizer_s * float(shard.max()) / profile.gradient_bytes)
+    steps_per_s = out.throughput / profile.batch_size
+    assert steps_per_s <= 1 / d_max * (1 + 1e-9)
+    assert steps_per_s <= workers / (profile.forward_s + profile.backward_s + profile.step.data_s) * (1 + 1e-9)
+    assert all(0 <= u <= 1 + 1e-9 for u in out.utilization.values())
+
+
+@settings(max_examples=30, deadline=None)
+@given(kind=st.sampled_from(["allreduce", "ps-sync", "ps-async"]), workers=st.integers(1, 64),
+       low=st.floats(1e8, 5e10), factor=st.floats(1.0, 10.0), heuristics=st.booleans(),
+       grouping=st.sampled_from(["per-layer", "buckets", "single", "per-tensor"]))
+def test_throughput_non_decreasing_in_bandwidth(kind, workers, low, factor, heuristics, grouping):
+    profile = make_profile(sizes_mb=(1, 4, 16, 2, 0, 8))
+    strategy = Strategy(kind, grouping=grouping)
+    results = []
+    for bps in (low, low * factor):
+        out = solve(profile, Cluster(workers, bandwidth_bps=bps, ps_count=2), strategy, comm_for(bps),
+                    variability=False, heuristics=heuristics)
+        results.append(out.throughput)
+    assert results[1] >= results[0] * (1 - 1e-9)
+
+
+def test_async_saturated_server_named():
+    profile = make_profile(sizes_mb=(50, 50))
+    out = solve(profile, Cluster(64, bandwidth_bps=1e9), Strategy("ps-async"), comm_for(1e9))
+    assert out.bottleneck.startswith("server 0 NIC")
+    assert "add parameter servers" in out.bottleneck
+    assert out.utilization["server 0 NIC in (push)"] > 0.95
+
+
+def test_async_heuristic_not_slower_and_consistent():
+    profile = make_profile(sizes_mb=(8, 8, 8, 8))
+    for n in (1, 4, 16):
+        cluster = Cluster(n, bandwidth_bps=5e9)
+        h = solve(profile, cluster, Strategy("ps-async"), comm_for(5e9), variability=False)
+        plain = solve(profile, cluster, Strategy("ps-async"), comm_for(5e9), variability=False, heuristics=False)
+        assert h.throughput >= plain.throughput * (1 - 1e-9)
+        cycle = n * profile.batch_size / h.throughput
+        assert np.allclose(h.iteration_s, cycle)
+        b = h.breakdown
+        assert b.compute_s + b.exposed_comm_s + b.wait_s == pytest.approx(cycle, rel=1e-9)
+
+
+def test_profile_without_parameters():
+    profile = make_profile(sizes_mb=(0, 0))
+    for kind in ("allreduce", "ps-sync", "ps-async"):
+        out = solve(profile, Cluster(8), Strategy(kind), comm_for(), variability=False)
+        assert out.throughput == pytest.approx(8 * profile.batch_size / (profile.step.data_s + profile.forward_s
+                                                                           + profile.backward_s
+                                                                           + (profile.step.optimizer_s
+                                                                              if kind == "allreduce" else 0)))
