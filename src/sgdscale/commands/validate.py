@@ -1,0 +1,137 @@
+"""`sgdscale validate`: predicted vs measured throughput over a grid of real runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sgdscale.errors import UserError
+from sgdscale.units import format_bandwidth, parse_bandwidth_bps, parse_workers
+
+# Per-model settings for the grid: sized so a step takes a few hundred ms on a 0.2-core node and
+# the three models span compute-bound (cnn) to communication-bound (mlp) with a transformer between.
+DEFAULT_SPECS = {
+    "mlp": dict(batch_size=32, options=(("width", "512"), ("depth", "4"))),
+    "cnn": dict(batch_size=16, image_size=32),
+    "gpt2": dict(batch_size=4, seq_len=64, options=(("layers", "2"), ("hidden", "128"), ("vocab", "2048"))),
+    "bert": dict(batch_size=4, seq_len=64, options=(("layers", "2"), ("hidden", "128"), ("vocab", "2048"))),
+    "resnet18": dict(batch_size=4, image_size=32),
+    "mobilenet_v2": dict(batch_size=4, image_size=32),
+}
+
+
+def model_spec(name: str, batch_size: int | None):
+    from sgdscale.validation import ModelSpec
+
+    if name not in DEFAULT_SPECS:
+        raise UserError(f"validate knows settings for: {', '.join(DEFAULT_SPECS)}; got '{name}'")
+    settings = dict(DEFAULT_SPECS[name])
+    if batch_size:
+        settings["batch_size"] = batch_size
+    return ModelSpec(model=name, **settings)
+
+
+def results_table(rows: list[dict]) -> Table:
+    table = Table(title="predicted vs measured throughput (samples/s)")
+    for column in ("model", "strategy", "workers", "bandwidth", "measured", "fine", "err", "coarse", "err"):
+        table.add_column(column, justify="left" if column in ("model", "strategy") else "right")
+    for row in rows:
+        pred, err = row["predicted_throughput"], row["error"]
+        table.add_row(
+            row["model"], row["strategy"], str(row["workers"]), format_bandwidth(row["bandwidth_bps"]),
+            f"{row['measured_throughput']:.1f}",
+            f"{pred.get('fine', float('nan')):.1f}", f"{err.get('fine', float('nan')):+.1%}",
+            f"{pred.get('coarse', float('nan')):.1f}", f"{err.get('coarse', float('nan')):+.1%}",
+        )
+    return table
+
+
+def summary_table(summary: list[dict]) -> Table:
+    table = Table(title="absolute error of predicted throughput")
+    for column in ("method", "strategy", "cases", "median", "max"):
+        table.add_column(column, justify="left" if column in ("method", "strategy") else "right")
+    for item in summary:
+        table.add_row(item["method"], item["strategy"], str(item["cases"]),
+                      f"{item['median_abs_error']:.1%}", f"{item['max_abs_error']:.1%}")
+    return table
+
+
+@click.command("validate")
+@click.option("--models", default="mlp,cnn,gpt2", show_default=True,
+              help=f"Comma-separated models (known: {', '.join(DEFAULT_SPECS)}).")
+@click.option("--workers", "workers_text", default="2,4", show_default=True, help="Worker counts, e.g. 2,4,8.")
+@click.option("--bandwidth", "bandwidth_text", default="200Mbit,1Gbit", show_default=True,
+              help="Comma-separated NIC rates of the emulated nodes.")
+@click.option("--strategies", default="allreduce,ps-sync,ps-async", show_default=True)
+@click.option("--ps", "ps_count", type=int, default=1, show_default=True, help="Server shards for PS strategies.")
+@click.option("--batch-size", type=int, default=None, help="Override every model's per-worker batch.")
+@click.option("--cpu-per-node", type=float, default=0.2, show_default=True,
+              help="CPU cores per emulated node (all nodes together must fit this machine's cores).")
+@click.option("--iterations", type=int, default=15, show_default=True, help="Measured iterations per real run.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations per real run.")
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("validation-out"), show_default=True,
+              help="Folder for results.json, cached profiles and network files, and the plot.")
+def validate(models: str, workers_text: str, bandwidth_text: str, strategies: str, ps_count: int,
+             batch_size: int | None, cpu_per_node: float, iterations: int, warmup: int, out_dir: Path) -> None:
+    """Check predictions against real distributed training on an emulated cluster (needs root
+    and torch).
+
+    For every model x bandwidth x strategy x worker count: profile the model on one emulated node
+    under the same CPU quota, benchmark the shaped network, predict (fine and coarse), run the real
+    training (one network namespace, tbf-shaped link and CPU quota per node), and report predicted,
+    measured and error. Finished cases are saved at once; rerun the same command to resume.
+
+    \b
+    Example:
+      sgdscale validate --models mlp,gpt2 --workers 2,4 --bandwidth 200Mbit -o val/
+    """
+    from sgdscale.strategy import KINDS
+    from sgdscale.validation import Grid, Validator, summarize
+
+    specs = [model_spec(name.strip(), batch_size) for name in models.split(",") if name.strip()]
+    kinds = [s.strip() for s in strategies.split(",") if s.strip()]
+    for kind in kinds:
+        if kind not in KINDS:
+            raise UserError(f"unknown strategy '{kind}'; choose from {', '.join(KINDS)}")
+    if ps_count < 1:
+        raise UserError(f"--ps must be at least 1, got {ps_count}")
+    grid = Grid(specs=specs, workers=parse_workers(workers_text),
+                bandwidths_bps=[parse_bandwidth_bps(b) for b in bandwidth_text.split(",")],
+                strategies=kinds, ps_count=ps_count, cpu_per_node_cores=cpu_per_node,
+                iterations=iterations, warmup=warmup)
+    console = Console(stderr=True)
+    validator = Validator(grid, out_dir, log=lambda text: console.log(text))
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("validation", total=len(grid.cases()))
+
+        def on_case(case, index, total):
+            progress.update(task, completed=index, description=f"{case.key}")
+
+        def on_row(row):
+            fine, coarse = row["error"].get("fine", float("nan")), row["error"].get("coarse", float("nan"))
+            console.log(f"{row['key']}: measured {row['measured_throughput']:.1f} samples/s, "
+                        f"fine {fine:+.1%}, coarse {coarse:+.1%}")
+
+        rows = validator.run(on_case=on_case, on_row=on_row)
+        progress.update(task, completed=len(grid.cases()))
+    out = Console()
+    wanted = {case.key for case in grid.cases()}
+    shown = [row for row in rows if row["key"] in wanted]
+    out.print(results_table(shown))
+    out.print(summary_table(summarize(shown)))
+    from sgdscale.report.plot import plot_validation
+
+    points = [{"predicted": row["predicted_throughput"][m], "measured": row["measured_throughput"], "method": m,
+               "strategy": row["strategy"], "label": row["key"]} for row in shown for m in row["predicted_throughput"]]
+    plot_validation(points, out_dir / "validation.png")
+    out.print(f"results: {out_dir / 'results.json'}; plot: {out_dir / 'validation.png'}")
+
+
+def register(app: click.Group) -> None:
+    app.add_command(validate)
