@@ -1,0 +1,165 @@
+"""`sgdscale train`: real data-parallel SGD on torch.distributed (gloo), measured per iteration."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sgdscale.errors import UserError
+from sgdscale.units import format_seconds, parse_time_s
+
+EPILOG = """\b
+Examples:
+  sgdscale train mlp --workers 2 -o mlp.json
+  sgdscale train resnet18 --image-size 32 --batch-size 16 --strategy ps-sync --ps 1
+  sgdscale train resnet18 --grouping per-layer --iterations 30 --warmup 5
+  sgdscale train gpt2 --seq-len 64 --strategy ps-async --ps 2
+
+\b
+Strategies and what they run:
+  allreduce   DDP-style synchronous SGD. --grouping buckets: torch DDP (--bucket-mb, MiB;
+              default 25 with a 1 MiB first bucket); per-tensor / per-layer: one async
+              all-reduce per tensor / per module, started the moment its gradients are ready;
+              single: one all-reduce of all gradients after backward (no overlap).
+  ps-sync     parameter server on gloo send/recv: S shard ranks (--ps), tensors round-robin
+              (or --ps-placement size); workers push each gradient as soon as it is ready,
+              shards average all N, update and send back; a layer's forward waits for its pull.
+  ps-async    same, but each shard applies every worker's gradient on arrival and replies at
+              once; no barrier. Throughput counts all workers' samples.
+The first --warmup iterations are not measured (DDP rebuilds its buckets after iteration 1).
+One thread per rank (--threads). Throughput is over the window where all workers run.
+
+\b
+On a real multi-node cluster (one rank per node), write the run's config and start the
+rank entry point with torchrun on every node; rank 0 writes the measurement:
+  sgdscale train resnet50 --workers 4 --write-config run.json
+  torchrun --nnodes 4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 \\
+      -m sgdscale.runtime.rank --target sgdscale.runtime.train:train_rank \\
+      --config run.json --out results/
+  # results/result-0.json (on rank 0's node) is the sgdscale.measurement/1 file.
+For PS strategies the world size is workers + ps (ranks >= workers are the shards).
+"""
+
+
+def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--option takes KEY=VALUE (e.g. --option width=512), got '{pair}'")
+        for cast in (int, float):
+            try:
+                options[key] = cast(value)
+                break
+            except ValueError:
+                continue
+        else:
+            options[key] = value
+    return options
+
+
+@click.command("train", epilog=EPILOG)
+@click.argument("model")
+@click.option("--workers", "-n", type=int, default=2, show_default=True, help="Worker processes.")
+@click.option("--strategy", default="allreduce", show_default=True,
+              help="allreduce | ps-sync | ps-async.")
+@click.option("--ps", "ps_count", type=int, default=None, help="Parameter-server shards (PS strategies; default 1).")
+@click.option("--ps-placement", default="round-robin", show_default=True, help="round-robin | size.")
+@click.option("--grouping", default=None, help="allreduce: buckets (default) | single | per-layer | per-tensor.")
+@click.option("--bucket-mb", type=float, default=None, help="DDP bucket cap in MiB (grouping buckets; default 25).")
+@click.option("--batch-size", "-b", type=int, default=32, show_default=True, help="Samples per worker per step.")
+@click.option("--iterations", "-i", type=int, default=20, show_default=True, help="Measured iterations per worker.")
+@click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations first.")
+@click.option("--image-size", type=int, default=None, help="Image side in pixels (image models).")
+@click.option("--seq-len", type=int, default=None, help="Sequence length (gpt2, bert).")
+@click.option("--option", "model_options", multiple=True, metavar="KEY=VALUE",
+              help="Model option, e.g. --option width=512 for mlp (repeatable).")
+@click.option("--lr", type=float, default=0.01, show_default=True, help="SGD learning rate.")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
+@click.option("--timeout", default="300s", show_default=True, help="Stop the run after this long (e.g. 90s).")
+@click.option("--port", type=int, default=None, help="Rendezvous port (default: a free one).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the measurement JSON here.")
+@click.option("--write-config", type=click.Path(dir_okay=False), default=None,
+              help="Only write the rank config (for torchrun on a real cluster) and exit.")
+def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb, batch_size, iterations,
+          warmup, image_size, seq_len, model_options, lr, threads, timeout, port, output, write_config) -> None:
+    """Train MODEL with real data-parallel SGD on local processes and measure every iteration
+    of every worker (the ground truth for `sgdscale predict`)."""
+    from dataclasses import asdict
+
+    from sgdscale.jsonio import write_json_atomic
+    from sgdscale.runtime.train import TrainConfig, count_tensors, run_training, validate
+
+    if strategy.startswith("ps") and ps_count is None:
+        ps_count = 1
+    config = validate(TrainConfig(
+        model=model, workers=workers, strategy=strategy, ps_count=ps_count or 0, ps_placement=ps_placement,
+        grouping=grouping, bucket_mb=bucket_mb, batch_size=batch_size, iterations=iterations, warmup=warmup,
+        image_size=image_size, seq_len=seq_len, model_options=parse_options(model_options), lr=lr,
+        threads=threads,
+    ))
+    timeout_s = parse_time_s(timeout, "timeout")
+    if timeout_s <= 0:
+        raise UserError("--timeout must be positive, e.g. 300s")
+    console = Console(stderr=True)
+    if write_config:
+        count_tensors(config)  # validates the model name and options
+        write_json_atomic(write_config, asdict(config))
+        console.print(f"wrote {write_config}: world size {config.world_size} "
+                      f"({config.workers} workers{f' + {config.ps_count} shards' if config.strategy != 'allreduce' else ''})")
+        return
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    label = f"{model}: {strategy}, {workers} workers" + (f", {config.ps_count} PS" if config.ps_count else "")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("iterations"), TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(label, total=config.warmup + config.iterations)
+
+        def on_progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)
+    if output:
+        from sgdscale.runtime.measurement import save_measurement
+
+        save_measurement(measurement, output)
+    out = Console()
+    out.print(measurement_table(measurement))
+    stats = measurement.iteration_s
+    out.print(
+        f"throughput {measurement.throughput:,.1f} samples/s (whole cluster, {config.workers} x batch "
+        f"{config.batch_size}); step mean {format_seconds(stats.mean)}, p50 {format_seconds(stats.p50)}, "
+        f"p95 {format_seconds(stats.p95)}"
+    )
+    if output:
+        out.print(f"measurement written to {output}")
+
+
+def measurement_table(measurement) -> Table:
+    """Per-worker iteration statistics (and per-shard load for PS runs)."""
+    import numpy as np
+
+    cfg = measurement.config
+    table = Table(title=f"{cfg.model} {cfg.strategy}"
+                  + (f" ({cfg.grouping})" if cfg.grouping else f" ({cfg.ps_count} shards)")
+                  + f": {cfg.iterations} measured iterations, batch {cfg.batch_size} per worker")
+    for name in ("rank", "step mean", "step p50", "step p95", "compute mean", "wait mean", "samples/s"):
+        table.add_column(name, justify="right")
+    for worker in measurement.workers:
+        steps = np.asarray(worker.iteration_s)
+        compute = format_seconds(float(np.mean(worker.compute_s))) if worker.compute_s else "-"
+        wait = format_seconds(float(np.mean(worker.wait_s))) if worker.wait_s else "-"
+        table.add_row(
+            str(worker.rank), format_seconds(float(steps.mean())), format_seconds(float(np.percentile(steps, 50))),
+            format_seconds(float(np.percentile(steps, 95))), compute, wait, f"{cfg.batch_size / steps.mean():,.1f}",
+        )
+    for server in measurement.servers:
+        table.add_row(f"PS {server.rank}", "-", "-", "-", f"busy {format_seconds(server.busy_s)}",
+                      f"{len(server.tensors)} tensors", "-")
+    return table
+
+
+def register(app: click.Group) -> None:
+    app.add_command(train)

@@ -1,0 +1,151 @@
+"""Synchronous all-reduce SGD, one worker per rank, with the gradient groupings the predictor knows.
+
+- `buckets`: torch DistributedDataParallel itself. `bucket_mb=None` keeps DDP's defaults (25 MiB
+  buckets, 1 MiB first bucket); an explicit `bucket_mb` makes every bucket, the first included,
+  that size (DDP's own rule). Buckets are rebuilt in gradient-ready order after iteration 1, hence
+  the warm-up. Exposed all-reduce time ends up inside `backward_s` (DDP waits for the last bucket
+  at the end of backward), so `compute_s` is not separable and not recorded.
+- `per-tensor` / `per-layer`: manual wait-free backpropagation. A post-accumulate-grad hook on
+  every parameter starts an async all-reduce as soon as its tensor (per-tensor) or all tensors of
+  its module (per-layer, "module" = the module that directly owns the parameter) are ready; gloo
+  runs them in issue order. After backward we wait for the rest (`wait_s`), average, step.
+- `single`: no overlap: after backward, one all-reduce of all gradients flattened into one buffer.
+
+Every strategy applies plain SGD (no momentum) with learning rate `lr` to averaged gradients.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch.nn.parallel import DistributedDataParallel
+
+from sgdscale.runtime.rank import RankContext
+from sgdscale.runtime.worker import IterationLog, Setup, clock, maybe_fault
+
+
+class ManualAllReduce:
+    """All-reduce gradients by group (per-tensor, per-layer or single) and average them."""
+
+    def __init__(self, module: torch.nn.Module, grouping: str, world_size: int) -> None:
+        self.world_size = world_size
+        self.grouping = grouping
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        if grouping == "per-tensor":
+            groups = [[p] for _, p in named]
+        elif grouping == "per-layer":
+            by_owner: dict[str, list[torch.nn.Parameter]] = {}
+            for name, p in named:
+                by_owner.setdefault(name.rpartition(".")[0], []).append(p)
+            groups = list(by_owner.values())
+        elif grouping == "single":
+            groups = [[p for _, p in named]]
+        else:
+            raise ValueError(f"unknown grouping {grouping!r}")
+        self.groups = groups
+        self.pending: list[tuple[Any, list[torch.nn.Parameter], torch.Tensor]] = []
+        self.ready = [0] * len(groups)
+        if grouping != "single":
+            for index, group in enumerate(groups):
+                for p in group:
+                    p.register_post_accumulate_grad_hook(self._hook(index))
+
+    def _hook(self, index: int):
+        def hook(_param: torch.Tensor) -> None:
+            self.ready[index] += 1
+            if self.ready[index] == len(self.groups[index]):
+                self._start(self.groups[index])
+
+        return hook
+
+    def _start(self, group: list[torch.nn.Parameter]) -> None:
+        grads = [p.grad for p in group]
+        flat = grads[0] if len(grads) == 1 else _flatten_dense_tensors(grads)
+        self.pending.append((dist.all_reduce(flat, async_op=True), group, flat))
+
+    def finish(self) -> None:
+        """Wait for every group's all-reduce and leave averaged gradients in `.grad`."""
+        if self.grouping == "single":
+            self._start(self.groups[0])
+        elif len(self.pending) != len(self.groups):
+            raise RuntimeError(
+                f"only {len(self.pending)} of {len(self.groups)} gradient groups became ready in backward "
+                "(the model has parameters unused in forward; use --grouping buckets)"
+            )
+        for work, group, flat in self.pending:
+            work.wait()
+            if len(group) == 1:
+                flat.div_(self.world_size)
+            else:
+                for p, reduced in zip(group, _unflatten_dense_tensors(flat, [p.grad for p in group])):
+                    p.grad.copy_(reduced).div_(self.world_size)
+        self.pending.clear()
+        self.ready = [0] * len(self.groups)
+
+
+def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
+    config = ctx.config
+    module = setup.workload.module
+    loss_fn = setup.workload.loss_fn
+    grouping = config["grouping"]
+    manual: ManualAllReduce | None = None
+    if grouping == "buckets":
+        kwargs = {} if config.get("bucket_mb") is None else {"bucket_cap_mb": config["bucket_mb"]}
+        net: torch.nn.Module = DistributedDataParallel(module, **kwargs)
+    else:
+        for p in module.parameters():  # same seed gives the same weights; make sure anyway
+            dist.broadcast(p.data, src=0)
+        manual = ManualAllReduce(module, grouping, ctx.world_size)
+        net = module
+    optimizer = torch.optim.SGD(net.parameters(), lr=config["lr"])
+    total = config["warmup"] + config["iterations"]
+    log = IterationLog()
+    extra: dict[str, Any] = {}
+    dist.barrier()
+    for iteration in range(total):
+        maybe_fault(config, ctx.rank, iteration)
+        start_unix, t0 = clock()
+        optimizer.zero_grad(set_to_none=True)
+        inputs, targets = setup.batch(iteration)
+        loss = loss_fn(net(inputs), targets)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        if manual is not None:
+            manual.finish()
+        t3 = time.perf_counter()
+        optimizer.step()
+        t4 = time.perf_counter()
+        wait = t3 - t2 if manual is not None else None
+        log.add(
+            start_unix, t4 - t0, forward_s=t1 - t0, backward_s=t2 - t1, optimizer_s=t4 - t3, wait_s=wait,
+            compute_s=(t2 - t0) if manual is not None else None,
+        )
+        ctx.report_progress(iteration + 1)
+        if iteration == 1 and grouping == "buckets" and ctx.rank == 0:
+            extra.update(_ddp_buckets(net))
+    if manual is not None:
+        extra["groups"] = len(manual.groups)
+    if config.get("return_params"):
+        extra["params"] = [p.detach().flatten().tolist() for p in module.parameters()]
+    return log.record(ctx.rank, config["warmup"], extra)
+
+
+def _ddp_buckets(ddp: torch.nn.Module) -> dict[str, Any]:
+    """DDP's rebuilt buckets (bytes, parameter indices), from its private logging data."""
+    try:
+        data = ddp._get_ddp_logging_data()
+    except Exception:
+        return {}
+    out: dict[str, Any] = {}
+    sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
+    if sizes:
+        out["ddp_bucket_bytes"] = [int(s) for s in str(sizes).replace(",", " ").split()]
+    indices = data.get("rebuilt_per_bucket_param_indices")
+    if indices:
+        out["ddp_bucket_param_indices"] = [[int(i) for i in part.split()] for part in str(indices).split(",")]
+    return out

@@ -1,0 +1,229 @@
+"""Parameter server on gloo point-to-point (isend/irecv), synchronous or asynchronous.
+
+Ranks: workers are ranks 0..N-1, server shards are ranks N..N+S-1. Placement of parameter
+tensor i (in `module.parameters()` order): `round-robin` (default) puts it on shard i mod S; note
+that for layers with a weight and a bias this sends every weight to the even shards when S is even.
+`size` assigns tensors largest first to the shard with the fewest bytes so far (greedy balance).
+Messages between a worker and a shard carry tag i, so gloo matches them per tensor, in order.
+
+Worker step (both modes): forward, where each module's forward pre-hook first waits for the
+pulled values of that module's own parameters (so pulls overlap the forward of earlier layers);
+backward, where a post-accumulate-grad hook pushes each gradient to its shard the moment it is
+ready (isend, overlapping the rest of backward); then it posts the receives for the next pull
+and the step ends. The worker runs no optimizer: the shards update.
+
+Synchronous shard: per iteration, receive every worker's gradient of each of its tensors
+(visited in reverse parameter order, the order backward produces them), average them, apply
+SGD `p -= lr * mean(g)`, and send the new value to every worker. Workers therefore all start
+iteration k+1 from the same parameters: this is synchronous SGD on the averaged gradient.
+
+Asynchronous shard: one thread per worker, no barrier; each gradient tensor is applied on
+arrival (`p -= lr * g`, under a lock per shard) and the fresh value goes straight back to the
+worker that sent it. Workers may compute on stale parameters, as in async SGD.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sgdscale.runtime.rank import RankContext
+from sgdscale.runtime.worker import IterationLog, Setup, clock, maybe_fault
+
+
+def place(sizes_bytes: list[int], ps_count: int, how: str = "round-robin") -> list[int]:
+    """Shard index of every parameter tensor (see the module docstring)."""
+    if how == "round-robin":
+        return [i % ps_count for i in range(len(sizes_bytes))]
+    if how == "size":
+        load = [0] * ps_count
+        shards = [0] * len(sizes_bytes)
+        for i in sorted(range(len(sizes_bytes)), key=lambda i: (-sizes_bytes[i], i)):
+            shard = min(range(ps_count), key=lambda s: (load[s], s))
+            shards[i] = shard
+            load[shard] += sizes_bytes[i]
+        return shards
+    raise ValueError(f"unknown placement {how!r}")
+
+
+def _placement(params: list[torch.Tensor], config: dict[str, Any]) -> list[int]:
+    sizes = [p.numel() * p.element_size() for p in params]
+    return place(sizes, config["ps_count"], config.get("ps_placement", "round-robin"))
+
+
+def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
+    config = ctx.config
+    workers = config["workers"]
+    module = setup.workload.module
+    loss_fn = setup.workload.loss_fn
+    params = list(module.parameters())
+    server = [workers + shard for shard in _placement(params, config)]
+    index_of = {id(p): i for i, p in enumerate(params)}
+    pulls: dict[int, Any] = {}
+    pushes: list[Any] = []
+    waited = [0.0]
+
+    def wait_pull(indices: list[int]) -> None:
+        for i in indices:
+            work = pulls.pop(i, None)
+            if work is not None:
+                t = time.perf_counter()
+                work.wait()
+                waited[0] += time.perf_counter() - t
+
+    for submodule in module.modules():
+        own = [index_of[id(p)] for p in submodule.parameters(recurse=False) if id(p) in index_of]
+        if own:
+            submodule.register_forward_pre_hook(lambda _m, _inputs, own=own: wait_pull(own))
+
+    def push_hook(i: int):
+        def hook(p: torch.Tensor) -> None:
+            pushes.append(dist.isend(p.grad, dst=server[i], tag=i))
+
+        return hook
+
+    for i, p in enumerate(params):
+        p.register_post_accumulate_grad_hook(push_hook(i))
+
+    def post_pulls() -> None:
+        for i, p in enumerate(params):
+            pulls[i] = dist.irecv(p.data, src=server[i], tag=i)
+
+    total = config["warmup"] + config["iterations"]
+    log = IterationLog()
+    dist.barrier()
+    post_pulls()  # the shards send the initial parameters
+    for iteration in range(total):
+        maybe_fault(config, ctx.rank, iteration)
+        start_unix, t0 = clock()
+        waited[0] = 0.0
+        for work in pushes:  # previous gradients must be on their way out before .grad is freed
+            t = time.perf_counter()
+            work.wait()
+            waited[0] += time.perf_counter() - t
+        pushes.clear()
+        for p in params:
+            p.grad = None
+        inputs, targets = setup.batch(iteration)
+        outputs = module(inputs)
+        wait_pull(list(pulls))  # parameters used outside their module's forward (none in the zoo)
+        loss = loss_fn(outputs, targets)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        post_pulls()
+        t3 = time.perf_counter()
+        forward = t1 - t0
+        log.add(
+            start_unix, t3 - t0, forward_s=forward, backward_s=t2 - t1, wait_s=waited[0],
+            compute_s=(t2 - t0) - waited[0],
+        )
+        ctx.report_progress(iteration + 1)
+    # Final pull: the model after the last update (not part of any measured iteration).
+    wait_pull(list(pulls))
+    for work in pushes:
+        work.wait()
+    record = log.record(ctx.rank, config["warmup"])
+    if config.get("return_params"):
+        record["extra"] = {"params": [p.detach().flatten().tolist() for p in params]}
+    return record
+
+
+def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
+    config = ctx.config
+    workers = config["workers"]
+    shard = ctx.rank - workers
+    named = list(setup.workload.module.named_parameters())
+    shards = _placement([p for _, p in named], config)
+    mine = [i for i in range(len(named)) if shards[i] == shard]
+    values = {i: named[i][1].detach().clone() for i in mine}
+    total = config["warmup"] + config["iterations"]
+    lr = config["lr"]
+    stats = {"busy_s": 0.0, "updates": 0}
+
+    dist.barrier()
+    t_start = time.perf_counter()
+    initial = [dist.isend(values[i], dst=w, tag=i) for i in mine for w in range(workers)]
+    for work in initial:
+        work.wait()
+    if config["strategy"] == "ps-sync":
+        _serve_sync(values, mine, workers, total, lr, stats, ctx.report_progress)
+    else:
+        _serve_async(values, mine, workers, total, lr, stats, ctx.report_progress)
+    return {
+        "rank": ctx.rank,
+        "shard": shard,
+        "tensors": [named[i][0] for i in mine],
+        "bytes": int(sum(values[i].numel() * values[i].element_size() for i in mine)),
+        "updates": stats["updates"],
+        "busy_s": stats["busy_s"],
+        "wall_s": time.perf_counter() - t_start,
+    }
+
+
+def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
+                stats: dict[str, Any], report_progress: Callable[[int], None]) -> None:
+    grads = {(w, i): torch.empty_like(values[i]) for w in range(workers) for i in mine}
+    order = list(reversed(mine))  # backward produces gradients last layer first
+    for iteration in range(total):
+        recvs = {(w, i): dist.irecv(grads[w, i], src=w, tag=i) for i in order for w in range(workers)}
+        replies = []
+        for i in order:
+            for w in range(workers):
+                recvs[w, i].wait()
+            t = time.perf_counter()
+            summed = grads[0, i].clone()
+            for w in range(1, workers):
+                summed.add_(grads[w, i])
+            values[i].add_(summed, alpha=-lr / workers)
+            reply = values[i].clone()  # the value stays intact while the sends are in flight
+            stats["busy_s"] += time.perf_counter() - t
+            stats["updates"] += workers
+            replies += [dist.isend(reply, dst=w, tag=i) for w in range(workers)]
+        for work in replies:
+            work.wait()
+        report_progress(iteration + 1)
+
+
+def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
+                 stats: dict[str, Any], report_progress: Callable[[int], None]) -> None:
+    lock = threading.Lock()
+    served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
+    errors: list[BaseException] = []
+    order = list(reversed(mine))
+
+    def serve(w: int) -> None:
+        try:
+            grads = {i: torch.empty_like(values[i]) for i in mine}
+            for _ in range(total):
+                recvs = {i: dist.irecv(grads[i], src=w, tag=i) for i in order}
+                replies = []
+                for i in order:
+                    recvs[i].wait()
+                    with lock:
+                        t = time.perf_counter()
+                        values[i].add_(grads[i], alpha=-lr)
+                        reply = values[i].clone()
+                        stats["busy_s"] += time.perf_counter() - t
+                        stats["updates"] += 1
+                    replies.append(dist.isend(reply, dst=w, tag=i))
+                for work in replies:
+                    work.wait()
+                with lock:
+                    served[w] += 1
+                    report_progress(min(served))
+        except BaseException as error:  # surfaced by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=serve, args=(w,), name=f"ps-worker-{w}", daemon=True) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]

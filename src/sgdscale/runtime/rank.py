@@ -1,0 +1,107 @@
+"""One rank's process: join the gloo process group, run a target function, write its result.
+
+Started by `sgdscale.runtime.launch` as
+
+    python -m sgdscale.runtime.rank --target MODULE:FUNCTION --config CFG.json --out DIR \
+        --rank R --world-size N --init-method tcp://ADDR:PORT
+
+or by torchrun on a real cluster, where --rank/--world-size/--init-method are left out and come
+from the environment torchrun sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; init "env://"):
+
+    torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \
+        -m sgdscale.runtime.rank --target sgdscale.runtime.train:train_rank --config CFG.json --out DIR
+
+The target is called as `function(ctx: RankContext)` and returns something JSON-able, written to
+DIR/result-R.json. Progress (iterations done) goes to DIR/progress-R for the launcher's bar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sgdscale.jsonio import write_json_atomic
+
+
+@dataclass
+class RankContext:
+    rank: int
+    world_size: int
+    config: dict[str, Any]
+    out_dir: Path | None
+
+    def report_progress(self, iterations_done: int) -> None:
+        """Tell the launcher how far this rank got (cheap: one tiny file write)."""
+        if self.out_dir is None:
+            return
+        path = self.out_dir / f"progress-{self.rank}"
+        tmp = self.out_dir / f".progress-{self.rank}.tmp"
+        tmp.write_text(str(iterations_done))
+        os.replace(tmp, path)
+
+
+def resolve_target(spec: str):
+    module_name, _, function_name = spec.partition(":")
+    if not module_name or not function_name:
+        raise ValueError(f"target must be 'module:function', got {spec!r}")
+    return getattr(importlib.import_module(module_name), function_name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sgdscale.runtime.rank", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True, help="module:function to run on this rank")
+    parser.add_argument("--config", required=True, help="JSON file with the target's config")
+    parser.add_argument("--out", help="directory for result-RANK.json and progress files")
+    parser.add_argument("--rank", type=int, help="default: $RANK (torchrun)")
+    parser.add_argument("--world-size", type=int, help="default: $WORLD_SIZE (torchrun)")
+    parser.add_argument("--init-method", help="default: env:// (MASTER_ADDR/MASTER_PORT, torchrun)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout")
+    args = parser.parse_args(argv)
+
+    rank = args.rank if args.rank is not None else int(os.environ["RANK"])
+    world_size = args.world_size if args.world_size is not None else int(os.environ["WORLD_SIZE"])
+    init_method = args.init_method or "env://"
+    config = json.loads(Path(args.config).read_text())
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(args.threads)
+    target = resolve_target(args.target)
+    dist.init_process_group(
+        "gloo", init_method=init_method, rank=rank, world_size=world_size,
+        timeout=datetime.timedelta(seconds=args.timeout_s),
+    )
+    try:
+        ctx = RankContext(rank=rank, world_size=world_size, config=config, out_dir=out_dir)
+        result = target(ctx)
+        if out_dir is not None:
+            write_json_atomic(out_dir / f"result-{rank}.json", result)
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        # Skip interpreter teardown: gloo's destructors can block on peers that are gone.
+        os._exit(1)
+    try:
+        dist.destroy_process_group()
+    except Exception:  # a peer already left; the result is written, nothing else to do
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Rank-side pieces shared by the strategies: building the model and data, timing iterations,
+injected faults (for tests of the launcher), and the per-worker record."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sgdscale.profiling.zoo import Workload, build_workload
+
+
+@dataclass
+class Setup:
+    workload: Workload
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+
+    def batch(self, iteration: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batches[iteration % len(self.batches)]
+
+
+def build(config: dict[str, Any], worker_index: int | None) -> Setup:
+    """The model (same seed on every rank, so identical initial weights) and, for a worker, a small
+    pool of synthetic batches of its own, generated before timing starts: the run measures the
+    training step, not random-number generation (synthetic data has no loading cost to model)."""
+    workload = build_workload(
+        config["model"], image_size=config.get("image_size"), seq_len=config.get("seq_len"),
+        seed=config.get("seed", 0), **config.get("model_options", {}),
+    )
+    batches = []
+    if worker_index is not None:
+        pool = config.get("batch_pool", 2)
+        for index in range((worker_index + 1) * pool):  # skip the other workers' batches
+            batch = workload.make_batch(config["batch_size"])
+            if index >= worker_index * pool:
+                batches.append(batch)
+    return Setup(workload=workload, batches=batches)
+
+
+def maybe_fault(config: dict[str, Any], rank: int, iteration: int) -> None:
+    """Test hook: {"fault": {"rank": 1, "iteration": 2, "kind": "exit"|"hang"|"raise"}}."""
+    fault = config.get("fault")
+    if not fault or fault.get("rank") != rank or fault.get("iteration") != iteration:
+        return
+    kind = fault.get("kind", "exit")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "hang":
+        while True:
+            time.sleep(1)
+    raise RuntimeError(f"injected fault at iteration {iteration}")
+
+
+@dataclass
+class IterationLog:
+    """Per-iteration wall-clock start (Unix time) and phase durations (monotonic clock)."""
+
+    starts: list[float] = field(default_factory=list)
+    totals: list[float] = field(default_factory=list)
+    phases: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, start_unix: float, total_s: float, **phases: float | None) -> None:
+        self.starts.append(start_unix)
+        self.totals.append(total_s)
+        for name, value in phases.items():
+            if value is not None:
+                self.phases.setdefault(name, []).append(value)
+
+    def record(self, rank: int, warmup: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The WorkerRecord JSON, dropping the warm-up iterations."""
+        out: dict[str, Any] = {
+            "rank": rank,
+            "iteration_start_s": self.starts[warmup:],
+            "iteration_s": self.totals[warmup:],
+        }
+        for name, values in self.phases.items():
+            if len(values) == len(self.totals):
+                out[name] = values[warmup:]
+        if extra:
+            out["extra"] = extra
+        return out
+
+
+def clock() -> tuple[float, float]:
+    return time.time(), time.perf_counter()
