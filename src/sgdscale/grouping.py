@@ -87,7 +87,12 @@ def _ready_points(profile: Profile) -> list[_ReadyPoint]:
                 points.append(_ReadyPoint(layer_index, 1.0, float(starts[layer_index] + t_b[layer_index])))
                 continue
             moment = min(float(tensor.grad_ready_s), total)
-            points.append(_locate(moment, starts, t_b))
+            own_end = float(starts[layer_index] + t_b[layer_index])
+            if abs(moment - own_end) <= 1e-9 * max(total, 1e-12):
+                # at the end of its own layer (the profiler's usual case, up to rounding)
+                points.append(_ReadyPoint(layer_index, 1.0, own_end))
+            else:
+                points.append(_locate(moment, starts, t_b))
     return points
 
 

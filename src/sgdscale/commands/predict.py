@@ -1,0 +1,216 @@
+"""`sgdscale predict`: throughput, speedup and bottleneck of data-parallel SGD for N workers."""
+
+from __future__ import annotations
+
+import click
+
+from sgdscale.errors import UserError
+
+DEFAULT_WORKERS = "1,2,4,8,16,32,64"
+
+
+def _parse_scales(text: str) -> tuple[float, ...]:
+    try:
+        scales = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise UserError(f"cannot read --compute-scale '{text}'; give one factor per worker, e.g. 1,1,1,2") from None
+    if any(not s > 0 for s in scales):
+        raise UserError("--compute-scale factors must be positive (1 = as profiled, 2 = twice as slow)")
+    return scales
+
+
+def _parse_slow_link(text: str) -> tuple[int, float]:
+    from sgdscale.units import parse_bandwidth_bps
+
+    worker, sep, bandwidth = text.partition(":")
+    if not sep or not worker.strip().isdigit():
+        raise UserError(f"cannot read --slow-link '{text}'; use WORKER:BANDWIDTH, e.g. 3:1Gbit")
+    return int(worker), parse_bandwidth_bps(bandwidth)
+
+
+def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[tuple[int, float], ...]) -> list[int]:
+    """Worker counts to predict; per-worker options fix the cluster to exactly one count."""
+    from sgdscale.units import parse_workers
+
+    if not scales and not links:
+        return parse_workers(workers or DEFAULT_WORKERS)
+    what = "--compute-scale" if scales else "--slow-link"
+    if workers is None:
+        if not scales:
+            raise UserError("--slow-link describes one cluster; give its size with --workers N")
+        return [len(scales)]
+    counts = parse_workers(workers)
+    if len(counts) != 1:
+        raise UserError(f"{what} describes one cluster; give a single worker count with --workers N, "
+                        f"not a range ('{workers}')")
+    if scales and counts[0] != len(scales):
+        raise UserError(f"--compute-scale gives {len(scales)} factors but --workers says {counts[0]}; "
+                        "give one factor per worker")
+    return counts
+
+
+@click.command("predict")
+@click.argument("profile")
+@click.option("--workers", "-n", metavar="COUNTS", default=None,
+              help=f"Worker counts: 8, 1,2,4 or a range 1-64 / 1-64:x2 (doubling). [default: {DEFAULT_WORKERS}]")
+@click.option("--strategy", default="allreduce", show_default=True, help="allreduce, ps-sync or ps-async.")
+@click.option("--bandwidth", default=None, help="Worker NIC bandwidth, e.g. 10Gbit, 200Mbit. [default: 10Gbit]")
+@click.option("--latency", default=None, help="One-way link latency, e.g. 20us. [default: 20us]")
+@click.option("--ps", "ps_count", type=int, default=1, show_default=True, help="Parameter-server shards (ps-*).")
+@click.option("--ps-bandwidth", default=None, help="Server NIC bandwidth. [default: the workers' bandwidth]")
+@click.option("--placement", default="round-robin", show_default=True,
+              help="Tensors on server shards: round-robin or size.")
+@click.option("--grouping", default="buckets", show_default=True,
+              help="All-reduce gradient groups: per-tensor, per-layer, buckets (PyTorch DDP), single, mg-wfbp.")
+@click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="DDP bucket cap in MiB.")
+@click.option("--algorithm", default="ring", show_default=True, help="All-reduce: ring, tree, halving-doubling.")
+@click.option("--method", default="both", show_default=True, help="fine (simulation), coarse (queueing model) or both.")
+@click.option("--iterations", type=int, default=100, show_default=True, help="Simulated steps reported.")
+@click.option("--warmup", type=int, default=10, show_default=True, help="Simulated steps discarded first.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the per-iteration variability.")
+@click.option("--no-variability", is_flag=True, help="Use mean layer times (deterministic).")
+@click.option("--network", "network_file", default=None, metavar="FILE",
+              help="Measured network (sgdscale.network/1 from `sgdscale netbench`) instead of --bandwidth/--latency.")
+@click.option("--compute-scale", default=None, metavar="F,F,...",
+              help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
+@click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
+              help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable).")
+@click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Plot throughput and speedup vs workers.")
+@click.option("--trace", "trace_path", default=None, metavar="FILE.json",
+              help="Predicted timeline (Chrome trace; open in ui.perfetto.dev) for the largest worker count.")
+def predict_command(profile: str, workers: str | None, strategy: str, bandwidth: str | None, latency: str | None,
+                    ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str, bucket_mb: float,
+                    algorithm: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
+                    network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
+                    json_path: str | None, plot_path: str | None, trace_path: str | None) -> None:
+    """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
+    `sgdscale profile`, or a built-in name such as resnet50; see `sgdscale show --list`).
+
+    \b
+    Examples:
+      sgdscale predict resnet50 --workers 1-64:x2 --bandwidth 10Gbit
+      sgdscale predict r50.json --workers 16 --grouping mg-wfbp --bandwidth 1Gbit
+      sgdscale predict gpt2 --strategy ps-sync --ps 2 --workers 1-32:x2 --json out.json
+      sgdscale predict resnet50 --workers 4 --compute-scale 1,1,1,2 --trace r50.trace.json
+      sgdscale predict resnet50 --network net.json --plot r50.png
+    """
+    from rich.console import Console
+
+    from sgdscale.cluster import Cluster
+    from sgdscale.comm import CommModel, load_network
+    from sgdscale.predict import coarse_available, predict
+    from sgdscale.profile import load_profile
+    from sgdscale.strategy import MIB, Strategy
+    from sgdscale.units import parse_bandwidth_bps, parse_time_s
+
+    console = Console()
+    if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+        console = Console(width=120)
+    err = Console(stderr=True)
+    methods = {"fine": ["fine"], "coarse": ["coarse"], "both": ["fine", "coarse"]}.get(method)
+    if methods is None:
+        raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
+    if not bucket_mb > 0:
+        raise UserError(f"--bucket-mb must be positive, got {bucket_mb:g} (DDP's default is 25)")
+    if ps_count < 1:
+        raise UserError(f"--ps must be at least 1, got {ps_count}")
+    plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
+                    placement=placement)
+
+    scales = _parse_scales(compute_scale) if compute_scale else ()
+    links = tuple(_parse_slow_link(text) for text in slow_links)
+    counts = _worker_counts(workers, scales, links)
+    loaded = load_profile(profile)
+    if network_file:
+        network = load_network(network_file)
+        comm = CommModel.from_network(network, algorithm)
+        # the fitted beta rarely gives a round number: keep 4 significant digits for display
+        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else float(f"{8.0 / network.p2p.beta_s_per_byte:.4g}")
+        latency_s = parse_time_s(latency, "latency") if latency else network.p2p.alpha_s
+    else:
+        bandwidth_bps = parse_bandwidth_bps(bandwidth or "10Gbit")
+        latency_s = parse_time_s(latency or "20us", "latency")
+        comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
+    ps_bps = parse_bandwidth_bps(ps_bandwidth) if ps_bandwidth else None
+    cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
+                      links)
+
+    if "coarse" in methods and not coarse_available():
+        if method == "coarse":
+            raise UserError("the coarse-grained method is not part of this build; use --method fine")
+        err.print("note: the coarse-grained method is not part of this build; predicting with the fine one only")
+        methods = ["fine"]
+
+    with _progress(err, len(counts) * len(methods)) as report:
+        prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
+                             seed=seed, variability=not no_variability, timeline=bool(trace_path),
+                             profile_source=profile, progress=report)
+
+    from sgdscale.report.table import bottleneck_lines, header_line, prediction_table
+
+    console.print(header_line(prediction), highlight=False)
+    console.print(prediction_table(prediction))
+    console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
+    for line in bottleneck_lines(prediction):
+        console.print(line, highlight=False, soft_wrap=True)
+    if json_path:
+        from sgdscale.jsonio import write_json_atomic
+
+        write_json_atomic(json_path, prediction.to_json())
+        console.print(f"prediction written to {json_path}")
+    if plot_path:
+        try:
+            from sgdscale.report.plot import plot_prediction
+        except ImportError:
+            raise UserError("plotting is not part of this build; drop --plot") from None
+        plot_prediction(prediction, plot_path)
+        console.print(f"plot written to {plot_path}")
+    if trace_path:
+        try:
+            from sgdscale.report.trace import write_chrome_trace
+        except ImportError:
+            raise UserError("timeline export is not part of this build; drop --trace") from None
+        traced = [r for r in prediction.results if r.timeline]
+        if not traced:
+            raise UserError("no method produced a timeline for this strategy; try --method fine")
+        chosen = max(traced, key=lambda r: (r.workers, r.method == "fine"))
+        write_chrome_trace(chosen.timeline, trace_path,
+                           {"model": loaded.model, "workers": chosen.workers, "method": chosen.method,
+                            "strategy": plan.kind, "grouping": plan.grouping})
+        console.print(f"timeline of {chosen.workers} workers ({chosen.method}) written to {trace_path}"
+                      " (open it in ui.perfetto.dev)")
+
+
+class _progress:
+    """A transient progress bar on stderr when there is enough work to watch; otherwise nothing."""
+
+    def __init__(self, console, jobs: int) -> None:
+        self.console = console
+        self.enabled = jobs >= 6 and console.is_terminal
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=self.console, transient=True)
+            self.bar.__enter__()
+        return self.report
+
+    def report(self, done: int, total: int, label: str) -> None:
+        if self.bar is None:
+            return
+        if self.task is None:
+            self.task = self.bar.add_task(label, total=total)
+        self.bar.update(self.task, completed=done, description=f"predicting: {label}")
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def register(app: click.Group) -> None:
+    app.add_command(predict_command)

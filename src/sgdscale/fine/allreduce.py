@@ -1,0 +1,275 @@
+"""Fine-grained synchronous all-reduce (DDP/Horovod style), evaluated exactly and vectorized.
+
+The DAG of one iteration (DESIGN.md "Model semantics"; reference/shi2018_dag_model.md §2.1):
+every worker runs data + host-to-device copy, forward layers 0..L-1 and backward L-1..0 back to
+back on its compute resource; gradient group g's collective starts when *every* worker has
+produced g and the previous collective has finished (one communication stream, groups in launch
+order); it lasts comm.allreduce_s(bytes_g, N); each worker's optimizer starts when its backward
+and the last collective are done, and its next iteration follows at once.
+
+Why this is exact and not an approximation of the discrete-event simulation: the only coupling
+between workers is the barrier in front of each collective, and the stream is a chain, so the
+longest path to the start of collective g is
+
+    start_g = max(end_{g-1}, max_w ready_{g,w}),    end_g = start_g + c_g,
+
+i.e. start = C + cummax(R - C) with C the prefix sums of c and R_g = max_w ready_{g,w}. Worker w
+then ends its step at max(end_last, backward_end_w) + optimizer_w. Per iteration that is one
+(workers x groups) max over workers plus O(groups) work, so 1,024 workers x 100 iterations of a
+ResNet-50 cost well under a second (benchmarks/predict_speed.py). The general engine
+(sgdscale.fine.des) is checked against this in a test. With N identical workers and no
+variability one worker is simulated.
+
+Deterministic, per-layer grouping: the step equals the WFBP recurrence of §2.2 plus data, copy and
+optimizer (sgdscale.wfbp.wfbp_iteration_s), to rounding.
+
+Heterogeneity: per-worker speed factors and per-iteration variability come from
+`ComputeSampler`. A slow link: a ring (and a tree) moves every byte through every worker's link
+in lock step, so the whole collective runs at the slowest link's bandwidth
+(`slowest_link_comm`); latency is unchanged.
+
+Breakdown, per worker and step on average: compute = data + copy + forward + backward +
+optimizer; exposed communication = the part of the collectives still running after the slowest
+worker finished backward (nobody could have hidden it); wait = the rest of the step, i.e. time
+workers sit at a barrier because another worker is slower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.comm.network import AlphaBeta
+from sgdscale.fine.variability import ComputeSampler
+from sgdscale.grouping import GradGroup, group_gradients
+from sgdscale.profile import Profile
+from sgdscale.result import Breakdown, Outcome, TraceEvent
+from sgdscale.strategy import Strategy
+from sgdscale.units import format_bandwidth, format_bytes, format_seconds
+
+TIMELINE_ITERATIONS = 3
+TIMELINE_MAX_EVENTS = 5000
+
+
+def slowest_link_comm(comm: CommModel, cluster: Cluster) -> CommModel:
+    """`comm` with its per-byte cost raised to the slowest worker link's (ring/tree collectives run
+    in lock step, so the slowest link paces everyone)."""
+    if not cluster.slow_links:
+        return comm
+    slowest_bps = min(bps for _, bps in cluster.slow_links)
+    old_beta = comm.p2p.beta_s_per_byte
+    new_beta = max(old_beta, 8.0 / slowest_bps)
+    if new_beta <= old_beta:
+        return comm
+    ratio = new_beta / old_beta
+    measured = {
+        n: AlphaBeta(alpha_s=fit.alpha_s, beta_s_per_byte=fit.beta_s_per_byte * ratio)
+        for n, fit in comm.measured_allreduce.items()
+    }
+    p2p = AlphaBeta(alpha_s=comm.p2p.alpha_s, beta_s_per_byte=new_beta)
+    return dataclasses.replace(comm, p2p=p2p, measured_allreduce=measured)
+
+
+def collective_times_s(groups: list[GradGroup], comm: CommModel, workers: int) -> np.ndarray:
+    """All-reduce time of each group (0 for one worker: nothing to exchange)."""
+    linear = comm.allreduce_linear(workers)
+    sizes = np.array([g.bytes for g in groups], dtype=float)
+    if linear is None:
+        return np.zeros_like(sizes)
+    return linear.alpha_s + linear.beta_s_per_byte * sizes
+
+
+def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+                       iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
+                       timeline: bool = False) -> Outcome:
+    """Fine-grained synchronous all-reduce for `cluster.workers` workers (module docstring)."""
+    workers = cluster.workers
+    link_comm = slowest_link_comm(comm, cluster)
+    groups = group_gradients(profile, strategy, link_comm, workers)
+    costs = collective_times_s(groups, link_comm, workers)
+    sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
+    tables = _RowTables(sampler, groups)
+    n_groups = len(groups)
+    prefix = np.concatenate([[0.0], np.cumsum(costs)[:-1]]) if n_groups else np.zeros(0)
+    comm_total_s = float(costs.sum())
+
+    identical = sampler.identical_workers
+    rows_fixed = None if sampler.variable else (np.zeros(1 if identical else workers, dtype=np.intp))
+    scale = np.ones(1) if identical else sampler.scale
+    unit_scale = bool(np.all(scale == 1.0))
+    width = 1 if identical else workers
+
+    start = np.zeros(width)  # when each worker begins its next iteration
+    previous_end = 0.0
+    total = warmup + iterations
+    steps = np.empty(iterations)
+    compute = np.empty(iterations)
+    exposed = np.empty(iterations)
+    events: list[TraceEvent] | None = [] if timeline else None
+    trace_workers = _trace_workers(sampler, identical)
+    fixed = None
+    for k in range(total):
+        rows = rows_fixed if rows_fixed is not None else sampler.draw_rows()
+        if fixed is None or rows_fixed is None:
+            pre, fwd, bwd, opt, offsets = tables.worker_arrays(rows, scale, unit_scale)
+            if rows_fixed is not None:
+                fixed = (pre, fwd, bwd, opt, offsets)
+        else:
+            pre, fwd, bwd, opt, offsets = fixed
+        backward_start = start + pre + fwd
+        backward_end = backward_start + bwd
+        if n_groups:
+            ready = (offsets + backward_start[:, None]).max(axis=0) if width > 1 else offsets[0] + backward_start[0]
+            comm_start = prefix + np.maximum.accumulate(ready - prefix)
+            comm_end = float(comm_start[-1] + costs[-1])
+            step_end = np.maximum(backward_end, comm_end) + opt
+        else:
+            comm_start, comm_end = np.zeros(0), float("-inf")
+            step_end = backward_end + opt
+        cluster_end = float(step_end.max())
+        if k >= warmup:
+            i = k - warmup
+            steps[i] = cluster_end - previous_end
+            compute[i] = float(np.mean(pre + fwd + bwd + opt))
+            exposed[i] = max(comm_end - float(backward_end.max()), 0.0)
+            if events is not None and i < TIMELINE_ITERATIONS:
+                _record(events, profile, sampler, groups, costs, rows, trace_workers, identical, start,
+                        backward_end, comm_start, comm_end, step_end, k)
+        previous_end = cluster_end
+        start = step_end
+
+    step_mean = float(steps.mean())
+    compute_mean = float(compute.mean())
+    exposed_mean = float(exposed.mean())
+    wait_mean = max(step_mean - compute_mean - exposed_mean, 0.0)
+    breakdown = Breakdown(compute_s=compute_mean, exposed_comm_s=exposed_mean, wait_s=wait_mean)
+    utilization = {
+        "compute": compute_mean / step_mean if step_mean > 0 else 0.0,
+        "network": comm_total_s / step_mean if step_mean > 0 else 0.0,
+    }
+    throughput = workers * profile.batch_size / step_mean if step_mean > 0 else float("inf")
+    return Outcome(
+        iteration_s=steps,
+        throughput=throughput,
+        breakdown=breakdown,
+        bottleneck=describe_bottleneck(profile, cluster, strategy, link_comm, groups, costs, step_mean, breakdown,
+                                       sampler),
+        utilization=utilization,
+        timeline=events,
+    )
+
+
+class _RowTables:
+    """Per measured row: the sums and group-ready offsets the recurrence needs, computed once."""
+
+    def __init__(self, sampler: ComputeSampler, groups: list[GradGroup]) -> None:
+        tb = sampler.backward_table_s
+        self.pre = sampler.data_table_s + sampler.h2d_table_s
+        self.fwd = sampler.forward_table_s.sum(axis=1)
+        self.bwd = tb.sum(axis=1)
+        self.opt = sampler.optimizer_table_s
+        # time from backward start to the end of layer l's backward = sum(t_b[l:]) (reverse order)
+        after = np.cumsum(tb[:, ::-1], axis=1)[:, ::-1]
+        layer = np.array([g.ready_layer for g in groups], dtype=np.intp)
+        fraction = np.array([g.ready_fraction for g in groups], dtype=float)
+        self.offsets = after[:, layer] - (1.0 - fraction) * tb[:, layer] if groups else np.zeros((tb.shape[0], 0))
+
+    def worker_arrays(self, rows: np.ndarray, scale: np.ndarray, unit_scale: bool):
+        pre, fwd, bwd, opt, offsets = self.pre[rows], self.fwd[rows], self.bwd[rows], self.opt[rows], self.offsets[rows]
+        if not unit_scale:
+            pre, fwd, bwd, opt = pre * scale, fwd * scale, bwd * scale, opt * scale
+            offsets = offsets * scale[:, None]
+        return pre, fwd, bwd, opt, offsets
+
+
+def _trace_workers(sampler: ComputeSampler, identical: bool) -> list[int]:
+    if identical or sampler.workers == 1:
+        return [0]
+    slowest = int(np.argmax(sampler.scale)) if not sampler.homogeneous else sampler.workers - 1
+    return [0, slowest] if slowest != 0 else [0, sampler.workers - 1]
+
+
+def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler, groups: list[GradGroup],
+            costs: np.ndarray, rows: np.ndarray, trace_workers: list[int], identical: bool, start: np.ndarray,
+            backward_end: np.ndarray, comm_start: np.ndarray, comm_end: float, step_end: np.ndarray,
+            iteration: int) -> None:
+    """Append one iteration of a few workers and the communication stream (capped)."""
+    if len(events) >= TIMELINE_MAX_EVENTS:
+        return
+    step = profile.step
+    names = [layer.name for layer in profile.layers]
+    for worker in trace_workers:
+        col = 0 if identical else worker
+        row = int(rows[min(col, len(rows) - 1)])
+        scale = float(sampler.scale[worker])
+        process = f"worker {worker}" + (f" (all {sampler.workers} alike)" if identical and sampler.workers > 1 else "")
+        t = float(start[col])
+        args = {"iteration": iteration}
+        for label, duration in (("data", sampler.data_table_s[row] * scale), ("h2d", sampler.h2d_table_s[row] * scale)):
+            if duration > 0:
+                events.append(TraceEvent(label, t, float(duration), process, "compute", args))
+                t += float(duration)
+        for index, duration in enumerate(sampler.forward_table_s[row] * scale):
+            events.append(TraceEvent(f"forward {names[index]}", t, float(duration), process, "compute", args))
+            t += float(duration)
+        for index in range(len(names) - 1, -1, -1):
+            duration = float(sampler.backward_table_s[row, index] * scale)
+            events.append(TraceEvent(f"backward {names[index]}", t, duration, process, "compute", args))
+            t += duration
+        opt_s = float(sampler.optimizer_table_s[row] * scale)
+        opt_start = float(step_end[col]) - opt_s
+        if opt_start > float(backward_end[col]):
+            events.append(TraceEvent("wait for all-reduce", float(backward_end[col]),
+                                     opt_start - float(backward_end[col]), process, "compute", args))
+        if opt_s > 0:
+            events.append(TraceEvent("optimizer", opt_start, opt_s, process, "compute", args))
+    for index, group in enumerate(groups):
+        if costs[index] <= 0:
+            continue
+        events.append(TraceEvent(f"all-reduce {format_bytes(group.bytes)}", float(comm_start[index]),
+                                 float(costs[index]), "network", "all-reduce stream",
+                                 {"iteration": iteration, "bytes": group.bytes, "tensors": len(group.tensors)}))
+
+
+def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel,
+                        groups: list[GradGroup], costs: np.ndarray, step_s: float, breakdown: Breakdown,
+                        sampler: ComputeSampler | None = None) -> str:
+    """What limits a synchronous all-reduce step, in words, with the lever to pull."""
+    workers = cluster.workers
+    if workers == 1:
+        return "compute-bound: a single worker does not communicate"
+    if step_s <= 0:
+        return "nothing to compute"
+    wait_frac = breakdown.wait_s / step_s
+    exposed_frac = breakdown.exposed_comm_s / step_s
+    busy_frac = float(costs.sum()) / step_s
+    if wait_frac >= 0.10 and wait_frac >= exposed_frac:
+        if not cluster.homogeneous and any(s != 1.0 for s in cluster.compute_scale):
+            slowest = int(np.argmax(cluster.compute_scale))
+            cause = f"worker {slowest} computes {cluster.compute_scale[slowest]:g}x slower"
+        else:
+            cause = "per-iteration compute times vary and every collective waits for the slowest worker"
+        return f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest ({cause})"
+    if exposed_frac >= 0.05:
+        total_bytes = sum(g.bytes for g in groups)
+        if workers in comm.measured_allreduce:
+            network = "the measured all-reduce"
+        else:
+            slowest_bps = min([cluster.bandwidth_bps] + [bps for _, bps in cluster.slow_links])
+            network = f"a {format_bandwidth(slowest_bps)} {comm.algorithm}"
+            if slowest_bps < cluster.bandwidth_bps:
+                network += " (paced by the slowest link)"
+        linear = comm.allreduce_linear(workers)
+        startup_s = (linear.alpha_s if linear else 0.0) * len(groups)
+        text = (f"communication: {exposed_frac:.0%} of each step waits for all-reduce "
+                f"({format_bytes(total_bytes)} over {network}")
+        if strategy.grouping == "single":
+            return text + "); nothing overlaps with backward: try --grouping buckets"
+        if startup_s > 0.5 * float(costs.sum()):
+            return (text + f"; {len(groups)} collectives x {format_seconds(startup_s / len(groups))} startup "
+                    "dominate); try larger buckets or --grouping mg-wfbp")
+        return text + "); try a faster network or fewer gradient bytes"
+    return f"compute-bound: communication hidden behind backward (network busy {busy_frac:.0%} of the step)"

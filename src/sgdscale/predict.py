@@ -1,0 +1,183 @@
+"""`predict`: one profile, one cluster and strategy, many worker counts, one or both methods.
+
+Speedup and efficiency of each result are against the same method's one-worker outcome, on a
+nominal worker (speed factor 1, the cluster's nominal link), so a heterogeneous cluster shows what
+its slow parts cost. Each result records how long its predictor ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.errors import UserError
+from sgdscale.profile import Profile
+from sgdscale.result import Outcome, Prediction, Result
+from sgdscale.strategy import Strategy
+
+METHODS = ("fine", "coarse")
+
+Progress = Callable[[int, int, str], None]  # (done, total, what is running next)
+
+
+def coarse_available() -> bool:
+    """Whether this build has the coarse-grained models."""
+    try:
+        from sgdscale.coarse import solve  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+               iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
+               timeline: bool = False) -> Outcome:
+    """One method's outcome for one cluster size."""
+    if method == "fine":
+        from sgdscale.fine import simulate
+
+        return simulate(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
+                        variability=variability, timeline=timeline)
+    if method == "coarse":
+        if not coarse_available():
+            raise UserError("the coarse-grained method is not part of this build; use --method fine")
+        from sgdscale.coarse import solve
+
+        return solve(profile, cluster, strategy, comm, iterations=iterations, seed=seed, variability=variability)
+    raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
+
+
+def check_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, worker_counts: Sequence[int],
+                 methods: Sequence[str], iterations: int, warmup: int) -> None:
+    """Every user mistake `predict` can meet, as one UserError each, before any work starts."""
+    if not profile.layers:
+        raise UserError("the profile has no layers; profile a model with `sgdscale profile MODEL -o FILE`")
+    if not worker_counts:
+        raise UserError("give at least one worker count (e.g. --workers 1-64:x2)")
+    for count in worker_counts:
+        if not isinstance(count, int) or count < 1:
+            raise UserError(f"worker counts must be whole numbers >= 1, got {count}")
+    if not methods:
+        raise UserError("give at least one method: fine, coarse or both")
+    for method in methods:
+        if method not in METHODS:
+            raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
+    if iterations < 1:
+        raise UserError(f"iterations must be at least 1, got {iterations}")
+    if warmup < 0:
+        raise UserError(f"warm-up iterations must not be negative, got {warmup}")
+    if cluster.compute_scale or cluster.slow_links:
+        if list(worker_counts) != [cluster.workers]:
+            raise UserError(
+                f"per-worker compute scales or slow links describe {cluster.workers} workers; "
+                f"predict for exactly that count (--workers {cluster.workers}), not a range"
+            )
+    if strategy.uses_servers:
+        tensors = len(profile.tensors)
+        if cluster.ps_count > max(tensors, 1):
+            raise UserError(
+                f"a PS count larger than the tensors can use: {cluster.ps_count} server shards but the profile "
+                f"has {tensors} gradient tensors, so shards would sit idle; use --ps {max(tensors, 1)} or fewer"
+            )
+
+
+def nominal_single_worker(cluster: Cluster) -> Cluster:
+    """One worker at profiled speed on the nominal link: the baseline of speedup."""
+    return Cluster(1, cluster.bandwidth_bps, cluster.latency_s, cluster.ps_count, cluster.ps_bandwidth_bps)
+
+
+def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel,
+                    worker_counts: Sequence[int], methods: Sequence[str], *, iterations: int, warmup: int,
+                    seed: int, variability: bool, profile_source: str | None = None) -> dict[str, Any]:
+    """The inputs echoed into `sgdscale.prediction/1` so a result file explains itself."""
+    return {
+        "profile": {
+            "source": profile_source or profile.model,
+            "model": profile.model,
+            "batch_size": profile.batch_size,
+            "device": profile.device,
+            "layers": len(profile.layers),
+            "tensors": len(profile.tensors),
+            "gradient_bytes": profile.gradient_bytes,
+            "step_s": profile.compute_s,
+        },
+        "cluster": {
+            "bandwidth_bps": cluster.bandwidth_bps,
+            "latency_s": cluster.latency_s,
+            "ps_count": cluster.ps_count,
+            "ps_bandwidth_bps": cluster.server_bandwidth_bps,
+            "compute_scale": list(cluster.compute_scale),
+            "slow_links": [[w, bps] for w, bps in cluster.slow_links],
+        },
+        "strategy": {
+            "kind": strategy.kind,
+            "grouping": strategy.grouping,
+            "bucket_bytes": strategy.bucket_bytes,
+            "first_bucket_bytes": strategy.first_bucket_bytes,
+            "algorithm": strategy.algorithm,
+            "placement": strategy.placement,
+        },
+        "comm": {
+            "algorithm": comm.algorithm,
+            "p2p_alpha_s": comm.p2p.alpha_s,
+            "p2p_beta_s_per_byte": comm.p2p.beta_s_per_byte,
+            "measured_allreduce_workers": sorted(comm.measured_allreduce),
+        },
+        "worker_counts": list(worker_counts),
+        "methods": list(methods),
+        "iterations": iterations,
+        "warmup": warmup,
+        "seed": seed,
+        "variability": variability,
+    }
+
+
+def predict(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, worker_counts: Sequence[int],
+            methods: Sequence[str] = METHODS, *, iterations: int = 100, warmup: int = 10, seed: int = 0,
+            variability: bool = True, timeline: bool = False, profile_source: str | None = None,
+            progress: Progress | None = None) -> Prediction:
+    """Predict every (worker count, method) pair; results ordered by workers, then method.
+
+    `cluster` supplies the network, servers and (for one worker count) per-worker speeds;
+    its `workers` is replaced by each count. `timeline=True` keeps a predicted timeline per result.
+    """
+    worker_counts = sorted(set(worker_counts))
+    methods = list(dict.fromkeys(methods))
+    check_inputs(profile, cluster, strategy, worker_counts, methods, iterations, warmup)
+    options = dict(iterations=iterations, warmup=warmup, seed=seed, variability=variability)
+    total = len(methods) * (len(worker_counts) + (0 if 1 in worker_counts and cluster.homogeneous else 1))
+    done = 0
+
+    def step(label: str) -> None:
+        if progress is not None:
+            progress(done, total, label)
+
+    results: list[Result] = []
+    for method in methods:
+        baseline: Outcome | None = None
+        baseline_time = 0.0
+        if not (1 in worker_counts and cluster.homogeneous):
+            step(f"{method}, 1 worker (baseline)")
+            began = time.perf_counter()
+            baseline = run_method(method, profile, nominal_single_worker(cluster), strategy, comm, **options)
+            baseline_time = time.perf_counter() - began
+            done += 1
+        for count in worker_counts:
+            step(f"{method}, {count} worker{'s' if count > 1 else ''}")
+            began = time.perf_counter()
+            outcome = run_method(method, profile, cluster.with_workers(count), strategy, comm, timeline=timeline,
+                                 **options)
+            elapsed = time.perf_counter() - began
+            done += 1
+            if count == 1 and baseline is None:
+                baseline, baseline_time = outcome, elapsed
+            assert baseline is not None
+            results.append(Result.from_outcome(count, method, outcome, baseline.throughput, predict_time_s=elapsed))
+    step("done")
+    results.sort(key=lambda r: (r.workers, METHODS.index(r.method)))
+    inputs = describe_inputs(profile, cluster, strategy, comm, worker_counts, methods, profile_source=profile_source,
+                             **options)
+    return Prediction(inputs=inputs, results=results)
