@@ -40,7 +40,7 @@ class ModelSpec:
     batch_size: int
     image_size: int | None = None
     seq_len: int | None = None
-    options: tuple[tuple[str, str], ...] = ()
+    options: tuple[tuple[str, int | float | str], ...] = ()
 
     @property
     def label(self) -> str:

@@ -15,10 +15,10 @@ from sgdscale.units import format_bandwidth, parse_bandwidth_bps, parse_workers
 # Per-model settings for the grid: sized so a step takes a few hundred ms on a 0.2-core node and
 # the three models span compute-bound (cnn) to communication-bound (mlp) with a transformer between.
 DEFAULT_SPECS = {
-    "mlp": dict(batch_size=32, options=(("width", "512"), ("depth", "4"))),
+    "mlp": dict(batch_size=32, options=(("width", 512), ("depth", 4))),
     "cnn": dict(batch_size=16, image_size=32),
-    "gpt2": dict(batch_size=4, seq_len=64, options=(("layers", "2"), ("hidden", "128"), ("vocab", "2048"))),
-    "bert": dict(batch_size=4, seq_len=64, options=(("layers", "2"), ("hidden", "128"), ("vocab", "2048"))),
+    "gpt2": dict(batch_size=4, seq_len=64, options=(("layers", 2), ("hidden", 128), ("vocab", 2048))),
+    "bert": dict(batch_size=4, seq_len=64, options=(("layers", 2), ("hidden", 128), ("vocab", 2048))),
     "resnet18": dict(batch_size=4, image_size=32),
     "mobilenet_v2": dict(batch_size=4, image_size=32),
 }
