@@ -169,10 +169,12 @@ class _RowTables:
         tb = sampler.backward_table_s
         self.pre = sampler.data_table_s + sampler.h2d_table_s
         self.fwd = sampler.forward_table_s.sum(axis=1)
-        self.bwd = tb.sum(axis=1)
         self.opt = sampler.optimizer_table_s
-        # time from backward start to the end of layer l's backward = sum(t_b[l:]) (reverse order)
+        # time from backward start to the end of layer l's backward = sum(t_b[l:]) (reverse order);
+        # the backward total is taken from the same sums so "ready at the end of layer 0" and
+        # "backward done" are the same float
         after = np.cumsum(tb[:, ::-1], axis=1)[:, ::-1]
+        self.bwd = after[:, 0] if tb.shape[1] else np.zeros(tb.shape[0])
         layer = np.array([g.ready_layer for g in groups], dtype=np.intp)
         fraction = np.array([g.ready_fraction for g in groups], dtype=float)
         self.offsets = after[:, layer] - (1.0 - fraction) * tb[:, layer] if groups else np.zeros((tb.shape[0], 0))
