@@ -240,3 +240,47 @@ def test_large_cluster_runs_quickly_enough_to_sweep():
     outcome = simulate(profile, Cluster(1024), Strategy(grouping="per-tensor"), CommModel.from_link(10e9, 2e-5),
                        iterations=20, warmup=2)
     assert np.isfinite(outcome.throughput) and outcome.throughput > 0
+
+
+def brute_force_steps(profile, cluster, strategy, comm, iterations, warmup, seed):
+    """The same model written naively: loops over workers, groups and layers, no shortcuts."""
+    groups = group_gradients(profile, strategy, comm, cluster.workers)
+    costs = [comm.allreduce_s(g.bytes, cluster.workers) for g in groups]
+    sampler = ComputeSampler(profile, cluster, seed=seed, variability=True)
+    start = [0.0] * cluster.workers
+    previous, steps = 0.0, []
+    for k in range(warmup + iterations):
+        draw = sampler.draw()
+        ready_at = [[0.0] * len(groups) for _ in range(cluster.workers)]
+        backward_end = []
+        for w in range(cluster.workers):
+            t = start[w] + draw.data_s[w] + draw.h2d_s[w] + sum(draw.forward_s[w])
+            layer_end = {}
+            for layer in range(len(profile.layers) - 1, -1, -1):
+                layer_start = t
+                t += draw.backward_s[w][layer]
+                layer_end[layer] = (layer_start, t)
+            backward_end.append(t)
+            for g, group in enumerate(groups):
+                s0, s1 = layer_end[group.ready_layer]
+                ready_at[w][g] = s0 + group.ready_fraction * (s1 - s0)
+        free = float("-inf")
+        for g in range(len(groups)):
+            free = max(free, max(ready_at[w][g] for w in range(cluster.workers))) + costs[g]
+        ends = [max(backward_end[w], free) + draw.optimizer_s[w] for w in range(cluster.workers)]
+        if k >= warmup:
+            steps.append(max(ends) - previous)
+        previous, start = max(ends), ends
+    return np.array(steps)
+
+
+@pytest.mark.parametrize("workers, scales", [(48, None), (7, None), (40, (1.0, 1.5) * 20), (5, (1, 2, 1, 3, 1))])
+def test_vectorized_path_equals_brute_force(workers, scales):
+    profile = noisy_profile(layers=12, rows=3)
+    cluster = Cluster(workers, 1e9, compute_scale=tuple(float(s) for s in scales) if scales else ())
+    comm = CommModel.from_link(1e9, 20e-6)
+    for grouping in ("per-tensor", "buckets"):
+        strategy = Strategy(grouping=grouping, bucket_bytes=1_000_000, first_bucket_bytes=500_000)
+        fast = simulate(profile, cluster, strategy, comm, iterations=15, warmup=3, seed=5)
+        slow = brute_force_steps(profile, cluster, strategy, comm, 15, 3, 5)
+        assert np.allclose(fast.iteration_s, slow, rtol=1e-12)

@@ -14,9 +14,11 @@ longest path to the start of collective g is
     start_g = max(end_{g-1}, max_w ready_{g,w}),    end_g = start_g + c_g,
 
 i.e. start = C + cummax(R - C) with C the prefix sums of c and R_g = max_w ready_{g,w}. Worker w
-then ends its step at max(end_last, backward_end_w) + optimizer_w. Per iteration that is one
-(workers x groups) max over workers plus O(groups) work, so 1,024 workers x 100 iterations of a
-ResNet-50 cost well under a second (benchmarks/predict_speed.py). The general engine
+then ends its step at max(end_last, backward_end_w) + optimizer_w. Per iteration that is a max
+over workers for every group plus O(groups) work. Workers that drew the same measured iteration
+at the same speed factor share their group-ready offsets, so that max runs over those few classes
+(latest backward start per class, then classes x groups) instead of workers x groups: 1,024
+workers x 100 iterations of a ResNet-50 cost well under a second (benchmarks/predict_speed.py). The general engine
 (sgdscale.fine.des) is checked against this in a test. With N identical workers and no
 variability one worker is simulated.
 
@@ -101,6 +103,15 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     scale = np.ones(1) if identical else sampler.scale
     unit_scale = bool(np.all(scale == 1.0))
     width = 1 if identical else workers
+    # Workers that drew the same measured row and share a speed factor have the same group-ready
+    # offsets, so the max over workers of (backward start + offset) is a max over those classes
+    # of (latest backward start in the class + offset): O(workers + classes x groups).
+    speeds, speed_class = np.unique(scale, return_inverse=True)
+    n_classes = sampler.rows * len(speeds)
+    by_class = width > 1 and 2 * n_classes <= width
+    if by_class:
+        class_offsets = (tables.offsets[:, None, :] * speeds[None, :, None]).reshape(n_classes, n_groups)
+        class_latest = np.empty(n_classes)
 
     start = np.zeros(width)  # when each worker begins its next iteration
     previous_end = 0.0
@@ -114,7 +125,7 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     for k in range(total):
         rows = rows_fixed if rows_fixed is not None else sampler.draw_rows()
         if fixed is None or rows_fixed is None:
-            pre, fwd, bwd, opt, offsets = tables.worker_arrays(rows, scale, unit_scale)
+            pre, fwd, bwd, opt, offsets = tables.worker_arrays(rows, scale, unit_scale, with_offsets=not by_class)
             if rows_fixed is not None:
                 fixed = (pre, fwd, bwd, opt, offsets)
         else:
@@ -122,7 +133,14 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
         backward_start = start + pre + fwd
         backward_end = backward_start + bwd
         if n_groups:
-            ready = (offsets + backward_start[:, None]).max(axis=0) if width > 1 else offsets[0] + backward_start[0]
+            if by_class:
+                class_latest.fill(-np.inf)
+                np.maximum.at(class_latest, rows * len(speeds) + speed_class, backward_start)
+                ready = (class_offsets + class_latest[:, None]).max(axis=0)
+            elif width > 1:
+                ready = (offsets + backward_start[:, None]).max(axis=0)
+            else:
+                ready = offsets[0] + backward_start[0]
             comm_start = prefix + np.maximum.accumulate(ready - prefix)
             comm_end = float(comm_start[-1] + costs[-1])
             step_end = np.maximum(backward_end, comm_end) + opt
@@ -179,11 +197,13 @@ class _RowTables:
         fraction = np.array([g.ready_fraction for g in groups], dtype=float)
         self.offsets = after[:, layer] - (1.0 - fraction) * tb[:, layer] if groups else np.zeros((tb.shape[0], 0))
 
-    def worker_arrays(self, rows: np.ndarray, scale: np.ndarray, unit_scale: bool):
-        pre, fwd, bwd, opt, offsets = self.pre[rows], self.fwd[rows], self.bwd[rows], self.opt[rows], self.offsets[rows]
+    def worker_arrays(self, rows: np.ndarray, scale: np.ndarray, unit_scale: bool, with_offsets: bool = True):
+        pre, fwd, bwd, opt = self.pre[rows], self.fwd[rows], self.bwd[rows], self.opt[rows]
+        offsets = self.offsets[rows] if with_offsets else None
         if not unit_scale:
             pre, fwd, bwd, opt = pre * scale, fwd * scale, bwd * scale, opt * scale
-            offsets = offsets * scale[:, None]
+            if offsets is not None:
+                offsets = offsets * scale[:, None]
         return pre, fwd, bwd, opt, offsets
 
 
