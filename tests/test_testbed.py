@@ -104,9 +104,10 @@ def test_preflight_says_root_is_needed(monkeypatch):
 
 
 def test_tbf_parameters_scale_with_rate():
-    slow, fast = tb.TbfParams.for_rate(1e6), tb.TbfParams.for_rate(10e9)
-    assert slow.burst_bytes >= 32 * 1024 and slow.limit_bytes > slow.burst_bytes
-    assert fast.burst_bytes == int(10e9 / 8 * 1e-3)  # 1 ms of line rate
+    slow, mid, fast = tb.TbfParams.for_rate(1e6), tb.TbfParams.for_rate(200e6), tb.TbfParams.for_rate(10e9)
+    assert slow.burst_bytes == 2 * 1514 and slow.limit_bytes > slow.burst_bytes  # at least two frames
+    assert mid.burst_bytes == int(200e6 / 8 * 0.25e-3)  # 0.25 ms of line rate up to 500 Mbit/s
+    assert fast.burst_bytes == int(10e9 / 8 * 1e-3)  # 1 ms above
     assert fast.limit_bytes >= 10e9 / 8 * 0.05
 
 
@@ -228,5 +229,9 @@ def test_cpu_quota_limits_a_busy_loop(quota):
         stats = bed.cpu_stats(1)
     busy = json.loads(run.stdout)
     share = busy["cpu_s"] / busy["wall_s"]
-    assert share == pytest.approx(quota, rel=0.1)  # measured 0.249 and 0.499 at quotas 0.25 and 0.5
+    # On an idle machine (under the CPU lock) this measured 0.249 and 0.499 cores. The cap is what
+    # the quota guarantees, so that bound is tight; other load on the shared 2 cores can only lower
+    # the share, so the lower bound is loose, and the cgroup must have throttled the loop.
+    assert share <= quota * 1.1
+    assert share >= quota * 0.5
     assert stats["nr_throttled"] > 0
