@@ -48,6 +48,9 @@ def test_strategy_yields_well_formed_measurement(strategy, extra):
             assert worker.compute_s is not None and worker.wait_s is not None
     else:
         assert m.servers == []
+    if extra.get("grouping", "buckets") == "buckets" and strategy == "allreduce":
+        # DDP's rebuilt buckets cover every gradient byte of the tiny MLP (16*32+32+32*32+32+32*10+10 floats)
+        assert sum(m.workers[0].extra["ddp_bucket_bytes"]) == 1930 * 4
     if seen:
         assert seen[-1][1] == 6 and all(done <= total for done, total in seen)
 
@@ -132,3 +135,35 @@ def test_hanging_worker_hits_the_timeout():
 def test_bad_input_is_a_user_error(changes, message):
     with pytest.raises(UserError, match=message):
         run_training(_config(**changes), timeout_s=10)
+
+
+def test_cli_train_writes_measurement_and_prints_table(tmp_path, capsys):
+    from sgdscale.cli import main
+    from sgdscale.runtime.measurement import load_measurement
+
+    out = tmp_path / "m.json"
+    code = main(["train", "mlp", "--workers", "2", "--strategy", "ps-sync", "--ps", "2", "--iterations", "3",
+                 "--warmup", "1", "--batch-size", "4", "--option", "width=32", "--option", "depth=2",
+                 "--timeout", "90s", "-o", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "samples/s" in printed and "PS 2" in printed and "PS 3" in printed
+    m = load_measurement(out)
+    assert m.config.ps_count == 2 and len(m.workers[1].iteration_s) == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--strategy", "ps-sync", "--ps", "0"], "at least one parameter-server shard"),
+        (["--grouping", "per-layer", "--bucket-mb", "5"], "--bucket-mb applies to --grouping buckets"),
+        (["--timeout", "soon"], "cannot read timeout"),
+        (["--option", "width"], "KEY=VALUE"),
+    ],
+)
+def test_cli_bad_input_exits_2(args, message, capsys):
+    from sgdscale.cli import main
+
+    assert main(["train", "mlp", *args]) == 2
+    assert message in capsys.readouterr().err

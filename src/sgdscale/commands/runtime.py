@@ -27,7 +27,7 @@ Strategies and what they run:
               shards average all N, update and send back; a layer's forward waits for its pull.
   ps-async    same, but each shard applies every worker's gradient on arrival and replies at
               once; no barrier. Throughput counts all workers' samples.
-The first --warmup iterations are not measured (DDP rebuilds its buckets after iteration 1).
+The first --warmup iterations are not measured (DDP uses its final buckets from the 3rd on).
 One thread per rank (--threads). Throughput is over the window where all workers run.
 
 \b

@@ -2,9 +2,12 @@
 
 - `buckets`: torch DistributedDataParallel itself. `bucket_mb=None` keeps DDP's defaults (25 MiB
   buckets, 1 MiB first bucket); an explicit `bucket_mb` makes every bucket, the first included,
-  that size (DDP's own rule). Buckets are rebuilt in gradient-ready order after iteration 1, hence
-  the warm-up. Exposed all-reduce time ends up inside `backward_s` (DDP waits for the last bucket
-  at the end of backward), so `compute_s` is not separable and not recorded.
+  that size (DDP's own rule). DDP starts with one bucket and uses the buckets rebuilt in
+  gradient-ready order from the third iteration on (measured with torch 2.13), so keep warmup >= 2.
+  Rank 0 records the rebuilt buckets (`extra.ddp_bucket_bytes`, `ddp_bucket_param_indices`;
+  bucket 0 holds the first-ready gradients, i.e. the last layers). Exposed all-reduce time ends
+  up inside `backward_s` (DDP waits for the last bucket at the end of backward), so `compute_s`
+  is not separable and not recorded.
 - `per-tensor` / `per-layer`: manual wait-free backpropagation. A post-accumulate-grad hook on
   every parameter starts an async all-reduce as soon as its tensor (per-tensor) or all tensors of
   its module (per-layer, "module" = the module that directly owns the parameter) are ready; gloo
@@ -126,7 +129,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
             compute_s=(t2 - t0) if manual is not None else None,
         )
         ctx.report_progress(iteration + 1)
-        if iteration == 1 and grouping == "buckets" and ctx.rank == 0:
+        if iteration == total - 1 and grouping == "buckets" and ctx.rank == 0:
             extra.update(_ddp_buckets(net))
     if manual is not None:
         extra["groups"] = len(manual.groups)
@@ -142,9 +145,9 @@ def _ddp_buckets(ddp: torch.nn.Module) -> dict[str, Any]:
     except Exception:
         return {}
     out: dict[str, Any] = {}
-    sizes = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes")
-    if sizes:
-        out["ddp_bucket_bytes"] = [int(s) for s in str(sizes).replace(",", " ").split()]
+    for key, name in (("rebuilt_bucket_sizes", "ddp_bucket_bytes"), ("bucket_sizes", "ddp_initial_bucket_bytes")):
+        if data.get(key):
+            out[name] = [int(s) for s in str(data[key]).replace(",", " ").split()]
     indices = data.get("rebuilt_per_bucket_param_indices")
     if indices:
         out["ddp_bucket_param_indices"] = [[int(i) for i in part.split()] for part in str(indices).split(",")]

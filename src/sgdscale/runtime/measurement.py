@@ -4,7 +4,7 @@ predictions are checked against. See DESIGN.md, "Data formats".
 Times: `iteration_start_s` are Unix times (time.time(), one clock shared by all ranks on one
 machine or in namespaces of one machine; on a real cluster only as good as the nodes' clock sync);
 durations come from a monotonic clock. Only measured iterations are stored; the first `warmup`
-iterations of every worker are dropped (DDP rebuilds its buckets after iteration 1).
+iterations of every worker are dropped (DDP switches to its rebuilt buckets at the third).
 
 Throughput is over the window in which every worker was running measured iterations: from the
 latest first-measured-iteration start to the earliest last-measured-iteration end, counting each
