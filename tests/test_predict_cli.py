@@ -106,3 +106,20 @@ def test_help_teaches_with_examples(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "sgdscale predict resnet50 --workers 1-64:x2" in out and "--grouping" in out
+
+
+def test_network_file_replaces_bandwidth_and_latency(tmp_path, capsys):
+    from sgdscale.comm.network import AlphaBeta, Network
+
+    network = Network(source="test", p2p=AlphaBeta(alpha_s=50e-6, beta_s_per_byte=8 / 1e9),
+                      allreduce={"4": AlphaBeta(alpha_s=1e-3, beta_s_per_byte=4e-8)})
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(network.to_json()))
+    out_json = tmp_path / "p.json"
+    code, out, err = run(capsys, "gpt2", "--network", str(path), "--workers", "1,4", "--method", "fine",
+                         "--no-variability", "--json", str(out_json))
+    assert code == 0, err
+    assert "1 Gbit/s" in out and "measured fits for 4 workers" in out
+    data = json.loads(out_json.read_text())
+    assert data["inputs"]["comm"]["measured_allreduce_workers"] == [4]
+    assert data["inputs"]["cluster"]["latency_s"] == pytest.approx(50e-6)
