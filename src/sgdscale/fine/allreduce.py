@@ -267,14 +267,18 @@ def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, 
         return "nothing to compute"
     wait_frac = breakdown.wait_s / step_s
     exposed_frac = breakdown.exposed_comm_s / step_s
-    busy_frac = float(costs.sum()) / step_s
+    comm_s = float(costs.sum())
+    busy_frac = comm_s / step_s
+    if not cluster.homogeneous and any(s != 1.0 for s in cluster.compute_scale):
+        slowest = int(np.argmax(cluster.compute_scale))
+        cause = f"worker {slowest} computes {cluster.compute_scale[slowest]:g}x slower"
+    else:
+        cause = "per-iteration compute times vary and every collective waits for the slowest worker"
+    straggler_text = f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest ({cause})"
     if wait_frac >= 0.10 and wait_frac >= exposed_frac:
-        if not cluster.homogeneous and any(s != 1.0 for s in cluster.compute_scale):
-            slowest = int(np.argmax(cluster.compute_scale))
-            cause = f"worker {slowest} computes {cluster.compute_scale[slowest]:g}x slower"
-        else:
-            cause = "per-iteration compute times vary and every collective waits for the slowest worker"
-        return f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest ({cause})"
+        if exposed_frac >= 0.05:
+            straggler_text += f"; all-reduce not hidden behind backward adds another {exposed_frac:.0%}"
+        return straggler_text
     if exposed_frac >= 0.05:
         total_bytes = sum(g.bytes for g in groups)
         if workers in comm.measured_allreduce:
@@ -287,11 +291,14 @@ def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, 
         linear = comm.allreduce_linear(workers)
         startup_s = (linear.alpha_s if linear else 0.0) * len(groups)
         text = (f"communication: {exposed_frac:.0%} of each step waits for all-reduce "
-                f"({format_bytes(total_bytes)} over {network}")
+                f"({format_bytes(total_bytes)} over {network} takes {format_seconds(comm_s)} per step, "
+                f"{format_seconds(breakdown.exposed_comm_s)} of it not hidden behind backward)")
+        if wait_frac >= 0.05:
+            text += f"; stragglers add another {wait_frac:.0%}"
         if strategy.grouping == "single":
-            return text + "); nothing overlaps with backward: try --grouping buckets"
-        if startup_s > 0.5 * float(costs.sum()):
+            return text + "; nothing overlaps with backward: try --grouping buckets"
+        if startup_s > 0.5 * comm_s:
             return (text + f"; {len(groups)} collectives x {format_seconds(startup_s / len(groups))} startup "
-                    "dominate); try larger buckets or --grouping mg-wfbp")
-        return text + "); try a faster network or fewer gradient bytes"
+                    "dominate: try larger buckets or --grouping mg-wfbp")
+        return text + "; try a faster network or fewer gradient bytes"
     return f"compute-bound: communication hidden behind backward (network busy {busy_frac:.0%} of the step)"
