@@ -123,7 +123,8 @@ def testbed_cleanup(everything: bool) -> None:
 
 
 def network_table(network) -> Table:
-    table = Table(title="measured points (median of repeats)")
+    table = Table(title="measured points (median of repeats)",
+                  caption="effective bandwidth = message bits / median time (all-reduce: algorithm bandwidth)")
     for name in ("op", "workers", "message", "median", "min", "max", "effective bandwidth"):
         table.add_column(name, justify="left" if name == "op" else "right")
     for point in network.points:

@@ -105,6 +105,10 @@ def _run(argv: Sequence[str], *, check: bool = True, what: str | None = None) ->
         if "Specified qdisc kind is unknown" in message or "qdisc kind" in message:
             raise UserError(f"the kernel has no tc 'tbf' qdisc (`{' '.join(argv)}` said: {message}); "
                             "the emulated cluster needs tbf (CONFIG_NET_SCH_TBF)")
+        if "Unknown device type" in message or "not supported" in message.lower():
+            raise UserError(f"the kernel lacks a network feature the emulated cluster needs "
+                            f"(`{' '.join(argv)}` said: {message}); it needs network namespaces, veth and "
+                            "bridge support")
         raise UserError(f"{what or 'building the emulated cluster'} failed: `{' '.join(argv)}` said: "
                         f"{message or f'exit status {proc.returncode}'}")
     return proc
@@ -349,7 +353,10 @@ class Testbed:
     def start(self) -> None:
         """Build the cluster; on any failure remove what was built and re-raise."""
         preflight()
-        sweep_leftovers()
+        try:
+            sweep_leftovers()  # what crashed earlier runs left; never a reason not to start
+        except UserError as error:
+            print(f"warning: {error}", file=sys.stderr)
         self._install_signal_handlers()
         self._built = True  # from here on close() must clean up, whatever happened
         try:
