@@ -127,10 +127,15 @@ def main() -> int:
 
 def markdown(rows: dict[str, list[dict]], environment: dict, des_error: str | None, profile_text: str) -> str:
     def table(items: list[dict], key: str, label: str) -> list[str]:
-        lines = [f"| {label} | model | grouping | workers | iterations | best | median |", "|---:|---|---|---:|---:|---:|---:|"]
+        """`key`/`label` name the swept quantity; it is bold in its column."""
+        lines = ["| model | layers | grouping | workers | iterations | best | median |",
+                 "|---|---:|---|---:|---:|---:|---:|"]
         for r in items:
-            lines.append(f"| {r[key]} | {r['model']} | {r.get('grouping', r['strategy'])} | {r['workers']} | "
-                         f"{r['iterations']} | {r['best_s'] * 1e3:.1f} ms | {r['median_s'] * 1e3:.1f} ms |")
+            cells = {name: str(r[name]) for name in ("layers", "workers", "iterations")}
+            cells[key] = f"**{cells[key]}**"
+            lines.append(f"| {r['model']} | {cells['layers']} | {r.get('grouping', r['strategy'])} | "
+                         f"{cells['workers']} | {cells['iterations']} | {r['best_s'] * 1e3:.1f} ms | "
+                         f"{r['median_s'] * 1e3:.1f} ms |")
         return lines
 
     out = ["# Fine-grained prediction speed", "",
@@ -155,5 +160,15 @@ def markdown(rows: dict[str, list[dict]], environment: dict, des_error: str | No
     return "\n".join(out)
 
 
+def rewrite_markdown() -> int:
+    """Regenerate predict_speed.md from the stored JSON (no new measurements)."""
+    import json
+
+    data = json.loads((RESULTS / "predict_speed.json").read_text())
+    (RESULTS / "predict_speed.md").write_text(
+        markdown(data["results"], data["environment"], data["des_error"], data["hot_path_cprofile"]))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(rewrite_markdown() if "--markdown-only" in sys.argv else main())
