@@ -100,6 +100,7 @@ def parse_workers(text: str) -> list[int]:
 
 def format_seconds(seconds: float) -> str:
     """Seconds in the most readable unit: '1.25 s', '12.3 ms', '45.0 us'."""
+    seconds = float(f"{seconds:.3g}")  # round first, so 0.9996 s prints as '1 s', not '1e+03 ms'
     magnitude = abs(seconds)
     if magnitude >= 1.0:
         return f"{seconds:.3g} s" if magnitude < 100 else f"{seconds:.0f} s"
@@ -112,6 +113,7 @@ def format_seconds(seconds: float) -> str:
 
 def format_bytes(nbytes: float) -> str:
     """Bytes in decimal units: '97.5 MB'."""
+    nbytes = float(f"{nbytes:.3g}")
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(nbytes) >= scale:
             return f"{nbytes / scale:.3g} {unit}"
@@ -120,6 +122,7 @@ def format_bytes(nbytes: float) -> str:
 
 def format_bandwidth(bps: float) -> str:
     """Bit/s in decimal units: '10 Gbit/s'."""
+    bps = float(f"{bps:.3g}")
     for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= scale:
             return f"{bps / scale:.3g} {unit}"
