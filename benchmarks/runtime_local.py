@@ -9,6 +9,7 @@ benchmarks/results/runtime_local/.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,11 +53,14 @@ def main(selected: list[str]) -> None:
                     "step_p50_s": m.iteration_s.p50, "step_p95_s": m.iteration_s.p95,
                     "compute_mean_s": sum(compute) / len(compute) if compute else None,
                     "wall_s": time.time() - started,
+                    # other processes on this shared 2-core machine distort timings; keep the evidence
+                    "loadavg_1min_after": os.getloadavg()[0],
                 }
                 rows.append(row)
                 print(f"{name:45s} {row['throughput']:8.1f} samples/s  step p50 {row['step_p50_s'] * 1e3:7.1f} ms"
                       f"  p95 {row['step_p95_s'] * 1e3:7.1f} ms"
-                      + (f"  compute {row['compute_mean_s'] * 1e3:6.1f} ms" if compute else ""), flush=True)
+                      + (f"  compute {row['compute_mean_s'] * 1e3:6.1f} ms" if compute else "")
+                      + f"  load {row['loadavg_1min_after']:.1f}", flush=True)
     write_json_atomic(RESULTS / "runtime_local.json", {"environment": m.environment.model_dump(), "runs": rows})
 
 

@@ -89,3 +89,39 @@ def test_ctrl_c_leaves_no_process(tmp_path):
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert not any(_alive(p) for p in pids)
+
+
+class _MissingBinary:
+    """A placement whose wrapper program does not exist."""
+
+    def master_addr(self):
+        return "127.0.0.1"
+
+    def wrap(self, rank, argv, env):
+        return ["/nonexistent/sgdscale-wrapper", *argv]
+
+    def socket_ifname(self):
+        return None
+
+
+def test_unstartable_rank_is_a_user_error():
+    with pytest.raises(UserError, match="cannot start rank 0"):
+        launch("rt_targets:allreduce_rank", {}, 2, env=ENV, placement=_MissingBinary())
+
+
+class _LoopbackPlacement:
+    """Wraps each rank in `env SGD_MARK=node<rank>` and pins gloo to lo: the Placement contract."""
+
+    def master_addr(self):
+        return "127.0.0.1"
+
+    def wrap(self, rank, argv, env):
+        return ["env", f"SGD_MARK=node{rank}", *argv]
+
+    def socket_ifname(self):
+        return "lo"
+
+
+def test_placement_wraps_every_rank():
+    out = launch("rt_targets:env_rank", {}, 2, env=ENV, placement=_LoopbackPlacement(), timeout_s=60)
+    assert out.results == [{"mark": "node0", "ifname": "lo"}, {"mark": "node1", "ifname": "lo"}]

@@ -25,3 +25,8 @@ def spawn_child_then_fail(ctx):
         raise ValueError("rank one broke on purpose")
     time.sleep(300)
     return {}
+
+
+def env_rank(ctx):
+    dist.barrier()
+    return {"mark": os.environ.get("SGD_MARK"), "ifname": os.environ.get("GLOO_SOCKET_IFNAME")}

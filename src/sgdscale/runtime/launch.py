@@ -222,12 +222,15 @@ def launch(
             stdout = open(run_dir / f"stdout-{rank}", "wb")
             stderr = open(run_dir / f"stderr-{rank}", "wb")
             handles += [stdout, stderr]
-            procs.append(
-                subprocess.Popen(
-                    argv, env=rank_env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # own process group: killpg reaches the rank's children
+            try:
+                procs.append(
+                    subprocess.Popen(
+                        argv, env=rank_env, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
+                        start_new_session=True,  # own process group: killpg reaches the rank's children
+                    )
                 )
-            )
+            except OSError as error:
+                raise UserError(f"cannot start rank {rank} ({argv[0]}): {error.strerror or error}") from None
         if on_spawn is not None:
             on_spawn([p.pid for p in procs])
         _watch(procs, run_dir, start, timeout_s, on_progress)
