@@ -55,6 +55,7 @@ class LinkNetwork:
         self.kind_release = kind_base + RELEASE
         self.kind_deliver = kind_base + DELIVER
         nl = len(self.cap)
+        self.l_n = [0] * nl  # active connections per link
         # Per link: total rate now, bytes carried so far (at l_last), time of the last update.
         self.l_rate = [0.0] * nl
         self.l_bytes = [0.0] * nl
@@ -102,9 +103,24 @@ class LinkNetwork:
             self.c_t[conn] = now
             self.c_start[conn] = now
             self.c_rate[conn] = 0.0
-            self.c_ver[conn] += 1
+            ver = self.c_ver[conn] + 1
+            self.c_ver[conn] = ver
             self.active[conn] = None
-            self.dirty = True
+            up, down = self.c_up[conn], self.c_down[conn]
+            l_n = self.l_n
+            if l_n[up] == 0 and l_n[down] == 0:
+                # Alone on both links: it takes the smaller capacity and nobody else changes.
+                rate = min(self.cap[up], self.cap[down])
+                self._account(up, now)
+                self._account(down, now)
+                self.l_rate[up] += rate
+                self.l_rate[down] += rate
+                self.c_rate[conn] = rate
+                heapq.heappush(self.queue.heap, (now + nbytes / rate, next(self.queue.seq), self.kind_done, conn, ver))
+            else:
+                self.dirty = True
+            l_n[up] += 1
+            l_n[down] += 1
         elif not self.c_pending[conn]:
             self.c_pending[conn] = True
             self.queue.push(release_s, self.kind_release, conn, 0)
@@ -122,7 +138,7 @@ class LinkNetwork:
         _, _, token, tag = q.popleft()
         if self.on_transfer is not None:
             self.on_transfer(conn, token, tag, self.c_start[conn], now)
-        self.queue.push(now + self.alpha_s, self.kind_deliver, token, tag)
+        heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
         if q and q[0][0] <= now:
             # Backlogged: the next message continues at the same rate; nobody else's share changes.
             nbytes = q[0][1]
@@ -133,16 +149,24 @@ class LinkNetwork:
             self.c_ver[conn] = ver
             rate = self.c_rate[conn]
             if rate > 0.0:
-                self.queue.push(now + nbytes / rate, self.kind_done, conn, ver)
+                heapq.heappush(self.queue.heap, (now + nbytes / rate, next(self.queue.seq), self.kind_done, conn, ver))
             return
         del self.active[conn]
         self.c_ver[conn] += 1
-        self._account(self.c_up[conn], now)
-        self._account(self.c_down[conn], now)
-        self.l_rate[self.c_up[conn]] -= self.c_rate[conn]
-        self.l_rate[self.c_down[conn]] -= self.c_rate[conn]
+        up, down = self.c_up[conn], self.c_down[conn]
+        self._account(up, now)
+        self._account(down, now)
+        self.l_rate[up] -= self.c_rate[conn]
+        self.l_rate[down] -= self.c_rate[conn]
         self.c_rate[conn] = 0.0
-        self.dirty = True
+        l_n = self.l_n
+        l_n[up] -= 1
+        l_n[down] -= 1
+        if l_n[up] or l_n[down]:
+            self.dirty = True  # someone shared a link with it: their share may rise
+        else:
+            self.l_rate[up] = 0.0  # idle link: drop rounding residue
+            self.l_rate[down] = 0.0
         if q:
             self._head_arrived(conn, now)
 

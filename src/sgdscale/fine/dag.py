@@ -1,0 +1,173 @@
+"""The operations of parameter-server SGD: which messages exist, where they go, what waits on them.
+
+`ps_plan` turns the profile, strategy and server count into messages: each gradient group of
+`sgdscale.grouping.group_gradients` (per-tensor by default for a PS, or whatever
+`strategy.grouping` says) is split by server shard, giving one push message per (group, shard)
+that holds the group's tensors placed on that shard. A message is released when its group is
+complete in backward, is aggregated/applied on its shard in `update_s` (the profile's optimizer
+time in proportion to the message's bytes), and comes back as fresh parameters; forward of layer
+l waits for every message holding one of l's tensors (`need[l]`).
+
+`ps_sync_dag` spells out the whole synchronous-PS DAG explicitly for `sgdscale.fine.engine`
+(small cases: every operation is an object there). The fast simulator in `sgdscale.fine.des`
+runs the same dependencies without materialising them; a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.fine.engine import Dag
+from sgdscale.fine.links import EventQueue, LinkNetwork
+from sgdscale.grouping import group_gradients, tensor_layers
+from sgdscale.profile import Profile
+from sgdscale.strategy import Strategy
+
+
+def place_tensors(profile: Profile, shards: int, placement: str) -> list[int]:
+    """Shard of every tensor (forward order): round-robin (TensorFlow's replica_device_setter
+    default) or greedy by size (largest first onto the least-loaded shard, ties to the lowest)."""
+    tensors = profile.tensors
+    if placement == "round-robin" or shards == 1:
+        return [i % shards for i in range(len(tensors))]
+    load = [0] * shards
+    shard_of = [0] * len(tensors)
+    for i in sorted(range(len(tensors)), key=lambda i: (-tensors[i].bytes, i)):
+        s = min(range(shards), key=lambda s: (load[s], s))
+        shard_of[i] = s
+        load[s] += tensors[i].bytes
+    return shard_of
+
+
+@dataclass(frozen=True)
+class PsPlan:
+    """Messages of one worker's step, in release order (see module docstring)."""
+
+    bytes: list[float]
+    shard: list[int]
+    ready_layer: list[int]
+    ready_fraction: list[float]
+    update_s: list[float]
+    need: list[list[int]]  # per layer: messages its forward waits for
+    shards: int
+    tensor_shard: list[int]
+
+    @property
+    def messages(self) -> int:
+        return len(self.bytes)
+
+    def release_offsets(self, backward_s: np.ndarray) -> np.ndarray:
+        """(rows, messages) time from backward start until each message is complete."""
+        after = np.cumsum(backward_s[:, ::-1], axis=1)[:, ::-1]  # sum of t_b[l:]
+        if not self.bytes:
+            return np.zeros((backward_s.shape[0], 0))
+        layer = np.array(self.ready_layer, dtype=np.intp)
+        fraction = np.array(self.ready_fraction, dtype=float)
+        return after[:, layer] - (1.0 - fraction) * backward_s[:, layer]
+
+
+def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel) -> PsPlan:
+    shards = cluster.ps_count
+    tensor_shard = place_tensors(profile, shards, strategy.placement)
+    layer_of = tensor_layers(profile)
+    groups = group_gradients(profile, strategy, comm, cluster.workers)
+    total_bytes = profile.gradient_bytes
+    optimizer_s = profile.step.optimizer_s
+    sizes = [t.bytes for t in profile.tensors]
+    out_bytes, out_shard, out_layer, out_fraction, out_update = [], [], [], [], []
+    need: list[list[int]] = [[] for _ in profile.layers]
+    for group in groups:
+        by_shard: dict[int, list[int]] = {}
+        for i in group.tensors:
+            by_shard.setdefault(tensor_shard[i], []).append(i)
+        for s in sorted(by_shard):
+            m = len(out_bytes)
+            nbytes = float(sum(sizes[i] for i in by_shard[s]))
+            out_bytes.append(nbytes)
+            out_shard.append(s)
+            out_layer.append(group.ready_layer)
+            out_fraction.append(group.ready_fraction)
+            out_update.append(optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0)
+            for layer in sorted({layer_of[i] for i in by_shard[s]}):
+                need[layer].append(m)
+    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, tensor_shard)
+
+
+def nic_capacities_Bps(cluster: Cluster, comm: CommModel) -> tuple[list[float], float]:
+    """(worker NIC bytes/s per worker, server NIC bytes/s).
+
+    The cluster's NICs set the bandwidths. When `comm` was fitted from a network file its p2p
+    bandwidth 1/beta is what a worker NIC really delivers: every NIC is then scaled by
+    (1/beta) / nominal worker bandwidth, so slow links and faster servers keep their ratio.
+    With `CommModel.from_link` that factor is exactly 1.
+    """
+    nominal_Bps = cluster.bandwidth_bps / 8.0
+    measured_Bps = 1.0 / comm.p2p.beta_s_per_byte
+    factor = measured_Bps / nominal_Bps
+    if abs(factor - 1.0) < 1e-9:
+        factor = 1.0
+    workers = [cluster.worker_bandwidth_bps(w) / 8.0 * factor for w in range(cluster.workers)]
+    return workers, cluster.server_bandwidth_bps / 8.0 * factor
+
+
+def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, steps: int,
+                forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray
+                ) -> tuple[Dag, LinkNetwork, int, list[list[int]]]:
+    """The explicit synchronous-PS DAG of `steps` iterations (small cases only).
+
+    forward_s/backward_s: (steps, workers, layers); pre_s: (steps, workers) data + copy.
+    Resources: worker w's compute is w; shard s is N + s. Returns (dag, network, resources,
+    step_end_ops[k][w]) where the step-end op is each worker's last backward task.
+    """
+    n, layers = cluster.workers, len(profile.layers)
+    plan = ps_plan(profile, cluster, strategy, comm)
+    worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
+    shards = plan.shards
+    queue = EventQueue()
+    # One network for both directions: links 0..n-1 worker up, n..2n-1 worker down,
+    # 2n..2n+S-1 server up, 2n+S..2n+2S-1 server down.
+    caps = worker_Bps + worker_Bps + [server_Bps] * (2 * shards)
+    net = LinkNetwork(queue, caps, comm.p2p.alpha_s)
+    push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
+    pull = [[net.add_connection(2 * n + s, n + w) for w in range(n)] for s in range(shards)]
+    dag = Dag()
+    pulled: list[list[int]] = [[-1] * plan.messages for _ in range(n)]  # last pull op per (worker, msg)
+    last_op = [-1] * n
+    step_end: list[list[int]] = []
+    for k in range(steps):
+        offsets = plan.release_offsets(backward_s[k])
+        ends = []
+        pushes: list[list[int]] = [[] for _ in range(plan.messages)]
+        for w in range(n):
+            prev = [last_op[w]] if last_op[w] >= 0 else []
+            op = dag.add(pre_s[k, w], resource=w, preds=prev, name=f"data w{w} k{k}")
+            for layer in range(layers):
+                deps = [op] + [pulled[w][m] for m in plan.need[layer] if pulled[w][m] >= 0]
+                op = dag.add(forward_s[k, w, layer], resource=w, preds=deps, name=f"fwd w{w} l{layer} k{k}")
+            forward_end = op
+            layer_done = {}
+            for layer in range(layers - 1, -1, -1):
+                op = dag.add(backward_s[k, w, layer], resource=w, preds=[op], name=f"bwd w{w} l{layer} k{k}")
+                layer_done[layer] = op
+            # A message leaves when its group is complete (fraction of a layer: a delay after the
+            # previous layer's end).
+            for m in range(plan.messages):
+                layer, fraction = plan.ready_layer[m], plan.ready_fraction[m]
+                if fraction >= 1.0:
+                    ready = layer_done[layer]
+                else:
+                    before = layer_done[layer + 1] if layer + 1 < layers else forward_end
+                    ready = dag.add(fraction * backward_s[k, w, layer], resource=-1, preds=[before])
+                pushes[m].append(dag.add(conn=push[w][plan.shard[m]], nbytes=plan.bytes[m], preds=[ready]))
+            last_op[w] = op
+            ends.append(op)
+        for m in range(plan.messages):
+            update = dag.add(plan.update_s[m], resource=n + plan.shard[m], preds=pushes[m], name=f"update m{m} k{k}")
+            for w in range(n):
+                pulled[w][m] = dag.add(conn=pull[plan.shard[m]][w], nbytes=plan.bytes[m], preds=[update])
+        step_end.append(ends)
+    return dag, net, n + shards, step_end

@@ -1,0 +1,640 @@
+"""The general fine-grained discrete-event simulator: parameter servers (sync, async), all-reduce.
+
+Every worker's step is the DAG of its elementary operations (data + copy, forward per layer,
+backward per layer, one push per gradient message, the server's update, one pull per message);
+the simulator runs that DAG for every worker and iteration on shared resources:
+
+- each worker's compute: one FIFO resource (data, forward layers, backward layers, and, for
+  all-reduce, the optimizer);
+- NIC links: every worker and every server shard has a full-duplex NIC, an uplink and a downlink
+  of `cluster.worker_bandwidth_bps(w)` / `cluster.server_bandwidth_bps` (scaled by a network
+  file's measured p2p bandwidth, see `dag.nic_capacities_Bps`). A message from A to B is a flow over
+  A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
+  sends its messages FIFO; concurrent connections share links max-min fairly
+  (`sgdscale.fine.links`); each message is delivered `comm.p2p.alpha_s` after its last byte left;
+- server shards: FIFO resources; applying a message costs its share of the profile's optimizer
+  time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
+
+Strategies:
+- ps-sync: a worker pushes each message as soon as backward completes its group; the shard, once
+  it has all N copies, aggregates + updates, then sends the new parameters to all N workers;
+  forward of layer l in the next iteration starts once l's parameters are back. No other barrier.
+- ps-async: no aggregation: the shard applies each worker's message on arrival (FIFO) and sends
+  that worker the fresh parameters; a worker's forward of layer l waits for the messages of its
+  own previous push that hold l's tensors (the pull overlaps with forward, layer by layer).
+- allreduce: one communication stream; group g's collective starts when every worker produced it
+  and the previous collective is done, and lasts `comm.allreduce_s(bytes, N)` (slowest link paces
+  a ring); a worker's optimizer follows its backward and the last collective. This is the DAG
+  that `sgdscale.fine.allreduce` evaluates in closed form: the two must agree (a test checks it).
+
+Speed (why the loop looks like this): workers are state machines, not one object per operation.
+Forward layers whose parameters are already back run as one event; the whole backward is one
+event, its pushes queued ahead of time with their release times; shards compute their FIFO
+completion times on arrival, so a message costs about two heap events (push delivery, pull
+delivery) and link rates are recomputed only when a connection starts or stops moving.
+
+Measurement: `warmup` steps per worker are simulated and discarded, then `iterations` steps are
+reported. For the parameter servers `Outcome.iteration_s` holds every worker's steps (one worker
+step = data + forward + backward, ending when its backward ends) and throughput is the sum over
+workers of batch * iterations / (time of its last step end - time of its warm-up end). For
+all-reduce it is one sample per iteration (the cluster's step), exactly as the fast path.
+
+Breakdown (mean per worker step, parameter servers): compute_s = the worker's busy compute time;
+blocked = step - compute is time its forward waited for parameters; exposed_comm_s = the part of
+that the worker would see alone (a reference run of one worker with the same links and servers to
+itself, mean compute times: latency, transfer and update not hidden behind compute), per step
+min(blocked, that); wait_s = the rest: queueing behind other workers at server NICs and shards,
+and in sync PS waiting for the slowest worker's gradients (stragglers).
+
+Utilization (parameter servers) is measured over the window in which every worker is past its
+warm-up and none has finished: worker compute (mean), each shard's update work, each server NIC
+(bytes carried / capacity), and the mean worker NIC up/down.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.errors import UserError
+from sgdscale.fine.dag import PsPlan, nic_capacities_Bps, ps_plan
+from sgdscale.fine.links import EventQueue, LinkNetwork
+from sgdscale.fine.variability import ComputeSampler
+from sgdscale.profile import Profile
+from sgdscale.result import Breakdown, Outcome, TraceEvent
+from sgdscale.strategy import Strategy
+
+TIMELINE_ITERATIONS = 3
+TIMELINE_WORKERS = 3
+TIMELINE_MAX_EVENTS = 20000
+
+# Event kinds. Links use base 0 (push network) and 3 (pull network): DONE, RELEASE, DELIVER.
+_PUSH_DONE, _PUSH_RELEASE, _PUSH_DELIVER = 0, 1, 2
+_PULL_DONE, _PULL_RELEASE, _PULL_DELIVER = 3, 4, 5
+_FWD_END, _STEP_END = 10, 11
+_BWD_START, _GROUP_READY, _COLL_END = 20, 21, 22
+
+
+def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
+                 warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
+    """Simulate `warmup + iterations` steps of every worker (see the module docstring)."""
+    if iterations < 1:
+        raise UserError(f"iterations must be at least 1, got {iterations}")
+    if warmup < 0:
+        raise UserError(f"warm-up iterations must not be negative, got {warmup}")
+    if strategy.kind == "allreduce":
+        return _simulate_allreduce(profile, cluster, strategy, comm, iterations, warmup, seed, variability, timeline)
+    plan = ps_plan(profile, cluster, strategy, comm)
+    sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
+    total = warmup + iterations
+    rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
+    sim = _PsRun(profile, cluster, comm, plan, sampler, rows, strategy.kind == "ps-sync", warmup,
+                 trace=timeline)
+    sim.run()
+    reference = _reference_blocked(profile, cluster, strategy, comm, plan)
+    return sim.outcome(reference, strategy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter servers
+# ---------------------------------------------------------------------------------------------
+
+
+class _Tables:
+    """Per (measured row, worker scale): the numbers one worker-step needs, as Python floats."""
+
+    def __init__(self, sampler: ComputeSampler, plan: PsPlan) -> None:
+        self.sampler = sampler
+        self.offsets = plan.release_offsets(sampler.backward_table_s)
+        self.cache: dict[tuple[int, float], tuple] = {}
+
+    def get(self, row: int, scale: float) -> tuple:
+        key = (row, scale)
+        tab = self.cache.get(key)
+        if tab is None:
+            s = self.sampler
+            fwd = s.forward_table_s[row] * scale
+            cf = np.concatenate([[0.0], np.cumsum(fwd)]).tolist()
+            pre = float((s.data_table_s[row] + s.h2d_table_s[row]) * scale)
+            bwd = float(s.backward_table_s[row].sum() * scale)
+            rel = (self.offsets[row] * scale).tolist()
+            tab = (pre, cf, bwd, rel, row, scale)
+            self.cache[key] = tab
+        return tab
+
+
+class _PsRun:
+    def __init__(self, profile: Profile, cluster: Cluster, comm: CommModel, plan: PsPlan, sampler: ComputeSampler,
+                 rows: np.ndarray, sync: bool, warmup: int, trace: bool = False) -> None:
+        self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
+        self.rows = rows.tolist()
+        self.total = rows.shape[0]
+        self.sync, self.warmup = sync, warmup
+        self.n = cluster.workers
+        self.tables = _Tables(sampler, plan)
+        worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
+        self.worker_Bps, self.server_Bps = worker_Bps, server_Bps
+        n, shards = self.n, plan.shards
+        self.q = EventQueue()
+        alpha = comm.p2p.alpha_s
+        # Push network: links 0..n-1 worker uplinks, n..n+S-1 server downlinks.
+        self.push_net = LinkNetwork(self.q, worker_Bps + [server_Bps] * shards, alpha, kind_base=_PUSH_DONE)
+        # Pull network: links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
+        self.pull_net = LinkNetwork(self.q, [server_Bps] * shards + worker_Bps, alpha, kind_base=_PULL_DONE)
+        self.push_conn = [[self.push_net.add_connection(w, n + s) for s in range(shards)] for w in range(n)]
+        self.pull_conn = [[self.pull_net.add_connection(s, shards + w) for w in range(n)] for s in range(shards)]
+        self.trace: list[TraceEvent] | None = [] if trace else None
+        self.snapshots: dict[str, tuple] = {}
+
+    # The main loop is one long function on purpose: local variables are much faster in CPython.
+    def run(self) -> None:
+        n, total, warmup, sync = self.n, self.total, self.warmup, self.sync
+        plan = self.plan
+        M = plan.messages
+        L = len(self.profile.layers)
+        need = plan.need
+        msg_bytes, msg_shard, msg_update = plan.bytes, plan.shard, plan.update_s
+        rows = self.rows
+        scale = [float(x) for x in self.sampler.scale]
+        get_tab = self.tables.get
+        push_net, pull_net = self.push_net, self.pull_net
+        push_send, pull_send = push_net.send, pull_net.send
+        push_conn, pull_conn = self.push_conn, self.pull_conn
+        heap = self.q.heap
+        seq = self.q.seq
+        heappush, heappop = heapq.heappush, heapq.heappop
+        trace = self.trace
+        trace_workers = set(range(min(n, TIMELINE_WORKERS)))
+        trace_iters = set(range(warmup, min(total, warmup + TIMELINE_ITERATIONS)))
+
+        # Worker state.
+        it = [0] * n  # current iteration
+        nxt = [0] * n  # next forward layer
+        tab = [None] * n
+        waiting = [False] * n
+        wait_since = [0.0] * n
+        blocked = [0.0] * n  # blocked time in the current step
+        have = [[-1] * M for _ in range(n)]  # iteration whose update of message m the worker holds
+        busy = [0.0] * n  # compute busy time scheduled so far
+        cend = [0.0] * n  # end of the compute scheduled last
+        step_start = [0.0] * n
+        ends: list[list[float]] = [[] for _ in range(n)]
+        step_compute: list[list[float]] = [[] for _ in range(n)]
+        step_blocked: list[list[float]] = [[] for _ in range(n)]
+        # Shards.
+        shards = plan.shards
+        sfree = [0.0] * shards
+        sbusy = [0.0] * shards
+        arrivals = [[0] * M, [0] * M]
+        past_warmup = 0 if warmup > 0 else n
+        finished = 0
+        snapshot = self._snapshot
+        state = (busy, cend, sfree, sbusy)
+        if warmup == 0:
+            self.snapshots["start"] = snapshot(0.0, *state)
+        last_release = [[0.0] * shards for _ in range(n)]
+
+        if trace is not None:
+            self._install_flow_trace(trace_workers, trace_iters)
+
+        def advance(w: int, now: float, extra: float) -> None:
+            """Run forward from layer nxt[w] as far as parameters allow; start backward at the end."""
+            pre_cf = tab[w][1]
+            k = it[w]
+            j0 = nxt[w]
+            j = j0
+            if k > 0:
+                hv = have[w]
+                kk = k - 1
+                while j < L:
+                    ok = True
+                    for m in need[j]:
+                        if hv[m] < kk:
+                            ok = False
+                            break
+                    if not ok:
+                        break
+                    j += 1
+            else:
+                j = L
+            chunk = extra + pre_cf[j] - pre_cf[j0]
+            nxt[w] = j
+            if trace is not None and w in trace_workers and k in trace_iters and (chunk > 0 or j == L):
+                self._trace_compute(w, k, now, extra, j0, j)
+            if j == L:
+                t_b0 = now + chunk
+                _, _, bwd, rel, _, _ = tab[w]
+                t_end = t_b0 + bwd
+                busy[w] += chunk + bwd
+                cend[w] = t_end
+                lr = last_release[w]
+                pc = push_conn[w]
+                base = w * M
+                for m in range(M):
+                    s = msg_shard[m]
+                    release = t_b0 + rel[m]
+                    if release < lr[s]:
+                        release = lr[s]
+                    lr[s] = release
+                    push_send(pc[s], msg_bytes[m], release, now, base + m, k)
+                heappush(heap, (t_end, next(seq), _STEP_END, w, 0))
+            elif chunk > 0.0:
+                busy[w] += chunk
+                cend[w] = now + chunk
+                heappush(heap, (now + chunk, next(seq), _FWD_END, w, 0))
+            else:
+                waiting[w] = True
+                wait_since[w] = now
+
+        def start_step(w: int, k: int, now: float) -> None:
+            it[w] = k
+            nxt[w] = 0
+            tab[w] = get_tab(rows[k][w], scale[w])
+            step_start[w] = now
+            blocked[w] = 0.0
+            advance(w, now, tab[w][0])
+
+        for w in range(n):
+            start_step(w, 0, 0.0)
+
+        now = 0.0
+        while True:
+            if push_net.dirty or pull_net.dirty:
+                if not heap or heap[0][0] > now:
+                    if push_net.dirty:
+                        push_net.reallocate(now)
+                    if pull_net.dirty:
+                        pull_net.reallocate(now)
+            if not heap:
+                break
+            now, _, kind, a, b = heappop(heap)
+            if kind == _PULL_DELIVER:
+                w, m = divmod(a, M)
+                have[w][m] = b
+                if waiting[w]:
+                    j = nxt[w]
+                    if m in need[j]:
+                        kk = it[w] - 1
+                        hv = have[w]
+                        if all(hv[x] >= kk for x in need[j]):
+                            waiting[w] = False
+                            blocked[w] += now - wait_since[w]
+                            if trace is not None and w in trace_workers and it[w] in trace_iters:
+                                self._trace_wait(w, it[w], wait_since[w], now)
+                            advance(w, now, 0.0)
+            elif kind == _PUSH_DELIVER:
+                w, m = divmod(a, M)
+                s = msg_shard[m]
+                if sync:
+                    arr = arrivals[b & 1]
+                    arr[m] += 1
+                    if arr[m] < n:
+                        continue
+                    arr[m] = 0
+                u = msg_update[m]
+                st = sfree[s]
+                if st < now:
+                    st = now
+                en = st + u
+                sfree[s] = en
+                sbusy[s] += u
+                if trace is not None and b in trace_iters:
+                    self._trace_update(s, m, b, st, u, None if sync else w)
+                pcs = pull_conn[s]
+                nb = msg_bytes[m]
+                if sync:
+                    for w2 in range(n):
+                        pull_send(pcs[w2], nb, en, now, w2 * M + m, b)
+                else:
+                    pull_send(pcs[w], nb, en, now, a, b)
+            elif kind == _PUSH_DONE:
+                push_net.on_done(a, b, now)
+            elif kind == _PULL_DONE:
+                pull_net.on_done(a, b, now)
+            elif kind == _PUSH_RELEASE:
+                push_net.on_release(a, now)
+            elif kind == _PULL_RELEASE:
+                pull_net.on_release(a, now)
+            elif kind == _FWD_END:
+                advance(a, now, 0.0)
+            elif kind == _STEP_END:
+                w = a
+                k = it[w]
+                ends[w].append(now)
+                if k >= warmup:
+                    t = tab[w]
+                    step_compute[w].append(t[0] + t[1][L] + t[2])
+                    step_blocked[w].append(blocked[w])
+                if k + 1 == warmup:
+                    past_warmup += 1
+                    if past_warmup == n:
+                        self.snapshots["start"] = snapshot(now, *state)
+                if k + 1 < total:
+                    start_step(w, k + 1, now)
+                else:
+                    finished += 1
+                    if finished == 1:
+                        self.snapshots["first_done"] = snapshot(now, *state)
+        self.end_s = now
+        self.snapshots["end"] = snapshot(now, *state)
+        self.ends, self.step_compute, self.step_blocked = ends, step_compute, step_blocked
+
+    # --- accounting -----------------------------------------------------------------------------
+    def _snapshot(self, now: float, busy, cend, sfree, sbusy) -> tuple:
+        compute = [b - max(0.0, e - now) for b, e in zip(busy, cend)]
+        shard = [b - max(0.0, f - now) for b, f in zip(sbusy, sfree)]
+        push = [self.push_net.bytes_carried(i, now) for i in range(len(self.push_net.cap))]
+        pull = [self.pull_net.bytes_carried(i, now) for i in range(len(self.pull_net.cap))]
+        return now, compute, shard, push, pull
+
+    def utilization(self) -> dict[str, float]:
+        start = self.snapshots.get("start")
+        stop = self.snapshots.get("first_done")
+        if start is None or stop is None or stop[0] <= start[0]:
+            start, stop = (0.0, [0.0] * self.n, [0.0] * self.plan.shards, [0.0] * len(self.push_net.cap),
+                           [0.0] * len(self.pull_net.cap)), self.snapshots["end"]
+        span = stop[0] - start[0]
+        if span <= 0:
+            return {}
+        n, shards = self.n, self.plan.shards
+        d = [[(b - a) for a, b in zip(x, y)] for x, y in zip(start[1:], stop[1:])]
+        compute, shard, push, pull = d
+        out = {"worker compute": float(np.mean(compute)) / span}
+        for s in range(shards):
+            out[f"server {s} update"] = shard[s] / span
+            out[f"server {s} NIC up"] = pull[s] / (self.server_Bps * span)
+            out[f"server {s} NIC down"] = push[n + s] / (self.server_Bps * span)
+        out["worker NIC up (mean)"] = float(np.mean([push[w] / (self.worker_Bps[w] * span) for w in range(n)]))
+        out["worker NIC down (mean)"] = float(np.mean(
+            [pull[shards + w] / (self.worker_Bps[w] * span) for w in range(n)]))
+        self._worker_nic = [(w, push[w] / (self.worker_Bps[w] * span), pull[shards + w] / (self.worker_Bps[w] * span))
+                            for w in range(n)]
+        return {k: min(v, 1.0) for k, v in out.items()}
+
+    def outcome(self, reference: list[float], strategy: Strategy) -> Outcome:
+        n, warmup = self.n, self.warmup
+        batch = self.profile.batch_size
+        steps, compute, exposed, wait = [], [], [], []
+        throughput = 0.0
+        for w in range(n):
+            e = self.ends[w]
+            starts = [0.0] + e[:-1]
+            measured = [e[k] - starts[k] for k in range(warmup, len(e))]
+            steps.extend(measured)
+            window = e[-1] - (e[warmup - 1] if warmup > 0 else 0.0)
+            throughput += batch * len(measured) / window if window > 0 else float("inf")
+            for c, blk in zip(self.step_compute[w], self.step_blocked[w]):
+                x = min(blk, reference[w])
+                compute.append(c)
+                exposed.append(x)
+                wait.append(blk - x)
+        breakdown = Breakdown(compute_s=float(np.mean(compute)), exposed_comm_s=float(np.mean(exposed)),
+                              wait_s=float(np.mean(wait)))
+        util = self.utilization()
+        step_mean = float(np.mean(steps))
+        return Outcome(
+            iteration_s=np.asarray(steps, dtype=float),
+            throughput=float(throughput),
+            breakdown=breakdown,
+            bottleneck=self._bottleneck(util, breakdown, step_mean, strategy),
+            utilization=util,
+            timeline=self.trace,
+        )
+
+    def _bottleneck(self, util: dict[str, float], b: Breakdown, step_s: float, strategy: Strategy) -> str:
+        if step_s <= 0:
+            return "nothing to compute"
+        server = [(v, k) for k, v in util.items() if k.startswith("server ")]
+        top_v, top_k = max(server) if server else (0.0, "")
+        advice = {"update": "add servers (shards) or speed up the update",
+                  "up": "add servers or server bandwidth", "down": "add servers or server bandwidth"}
+        if top_v >= 0.85:
+            what = top_k.replace("update", "update work").replace("NIC up", "NIC uplink").replace(
+                "NIC down", "NIC downlink")
+            return f"{what} is busy {top_v:.0%} of the time: {advice[top_k.split()[-1]]}"
+        nic = getattr(self, "_worker_nic", [])
+        if nic:
+            w, up, down = max(nic, key=lambda x: max(x[1], x[2]))
+            if max(up, down) >= 0.85:
+                side = "uplink" if up >= down else "downlink"
+                return (f"worker {w} NIC {side} is busy {max(up, down):.0%} of the time: "
+                        "give the workers more bandwidth or push fewer bytes")
+        blocked = b.exposed_comm_s + b.wait_s
+        wait_frac, exposed_frac = b.wait_s / step_s, b.exposed_comm_s / step_s
+        if wait_frac >= 0.10 and wait_frac >= exposed_frac:
+            if self.sync and (not self.cluster.homogeneous or self.sampler.variable):
+                return (f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest worker's gradients "
+                        "before the servers can update")
+            return (f"contention: workers wait {wait_frac:.0%} of the step for parameters queued behind other "
+                    f"workers' traffic ({top_k} busiest at {top_v:.0%}): add servers or bandwidth")
+        if exposed_frac >= 0.05:
+            return (f"communication: {exposed_frac:.0%} of each step waits for pushes, updates and pulls that "
+                    "compute cannot hide (latency, transfer, update): more bandwidth, fewer messages "
+                    "(--grouping buckets) or more servers")
+        if blocked / step_s < 0.05:
+            return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
+        return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
+
+    # --- timeline -------------------------------------------------------------------------------
+    def _room(self) -> bool:
+        return self.trace is not None and len(self.trace) < TIMELINE_MAX_EVENTS
+
+    def _trace_compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int) -> None:
+        if not self._room():
+            return
+        pre, cf, bwd, _, row, scale = self.tables.get(self.rows[k][w], float(self.sampler.scale[w]))
+        names = [layer.name for layer in self.profile.layers]
+        proc, args = f"worker {w}", {"iteration": k}
+        t = now
+        if extra > 0:
+            self.trace.append(TraceEvent("data", t, extra, proc, "compute", args))
+            t += extra
+        for layer in range(j0, j):
+            d = cf[layer + 1] - cf[layer]
+            self.trace.append(TraceEvent(f"forward {names[layer]}", t, d, proc, "compute", args))
+            t += d
+        if j == len(names):
+            tb = self.sampler.backward_table_s[row] * scale
+            for layer in range(len(names) - 1, -1, -1):
+                self.trace.append(TraceEvent(f"backward {names[layer]}", t, float(tb[layer]), proc, "compute", args))
+                t += float(tb[layer])
+
+    def _trace_wait(self, w: int, k: int, since: float, now: float) -> None:
+        if self._room() and now > since:
+            self.trace.append(TraceEvent("wait for parameters", since, now - since, f"worker {w}", "compute",
+                                         {"iteration": k}))
+
+    def _trace_update(self, s: int, m: int, k: int, start: float, dur: float, w: int | None) -> None:
+        if self._room() and dur > 0:
+            args = {"iteration": k, "message": m, "bytes": self.plan.bytes[m]}
+            if w is not None:
+                args["worker"] = w
+            self.trace.append(TraceEvent(f"update msg {m}", start, dur, f"server {s}", "update", args))
+
+    def _install_flow_trace(self, workers: set[int], iters: set[int]) -> None:
+        M = self.plan.messages
+
+        def on_push(conn, token, tag, start, end):
+            w, m = divmod(token, M)
+            if w in workers and tag in iters and self._room():
+                self.trace.append(TraceEvent(f"push msg {m}", start, end - start, f"worker {w}", "nic up",
+                                             {"iteration": tag, "bytes": self.plan.bytes[m],
+                                              "shard": self.plan.shard[m]}))
+
+        def on_pull(conn, token, tag, start, end):
+            w, m = divmod(token, M)
+            if w in workers and tag in iters and self._room():
+                self.trace.append(TraceEvent(f"pull msg {m}", start, end - start, f"worker {w}", "nic down",
+                                             {"iteration": tag, "bytes": self.plan.bytes[m],
+                                              "shard": self.plan.shard[m]}))
+
+        self.push_net.on_transfer = on_push
+        self.pull_net.on_transfer = on_pull
+
+
+def _reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel,
+                       plan: PsPlan) -> list[float]:
+    """Per worker: blocked time per step with the servers and links to itself (mean compute)."""
+    memo: dict[tuple[float, float], float] = {}
+    out = []
+    for w in range(cluster.workers):
+        key = (cluster.worker_scale(w), cluster.worker_bandwidth_bps(w))
+        if key not in memo:
+            solo = Cluster(1, bandwidth_bps=key[1], latency_s=cluster.latency_s, ps_count=cluster.ps_count,
+                           ps_bandwidth_bps=cluster.server_bandwidth_bps, compute_scale=(key[0],))
+            # Same messages as the real run (grouping may depend on N), one worker.
+            factor_comm = comm
+            if cluster.bandwidth_bps != key[1]:
+                # keep the network-file scaling factor relative to this worker's nominal bandwidth
+                factor_comm = CommModel(comm.p2p.model_copy(update={
+                    "beta_s_per_byte": comm.p2p.beta_s_per_byte * cluster.bandwidth_bps / key[1]}),
+                    comm.algorithm, comm.gamma_s_per_byte, comm.measured_allreduce)
+            sampler = ComputeSampler(profile, solo, seed=0, variability=False)
+            steps = 4
+            rows = np.zeros((steps, 1), dtype=np.intp)
+            run = _PsRun(profile, solo, factor_comm, plan, sampler, rows, strategy.kind == "ps-sync", 1)
+            run.run()
+            memo[key] = float(np.mean(run.step_blocked[0])) if run.step_blocked[0] else 0.0
+        out.append(memo[key])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# All-reduce (the same DAG as sgdscale.fine.allreduce, run event by event)
+# ---------------------------------------------------------------------------------------------
+
+
+def _simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, iterations: int,
+                        warmup: int, seed: int, variability: bool, timeline: bool) -> Outcome:
+    from sgdscale.fine.allreduce import collective_times_s, describe_bottleneck, slowest_link_comm
+    from sgdscale.grouping import group_gradients
+
+    n = cluster.workers
+    link_comm = slowest_link_comm(comm, cluster)
+    groups = group_gradients(profile, strategy, link_comm, n)
+    costs = collective_times_s(groups, link_comm, n).tolist()
+    G = len(groups)
+    sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
+    total = warmup + iterations
+    rows = [sampler.draw_rows().tolist() if sampler.variable else [0] * n for _ in range(total)]
+    tb = sampler.backward_table_s
+    after = np.cumsum(tb[:, ::-1], axis=1)[:, ::-1]
+    if G:
+        layer = np.array([g.ready_layer for g in groups], dtype=np.intp)
+        frac = np.array([g.ready_fraction for g in groups])
+        offsets = (after[:, layer] - (1.0 - frac) * tb[:, layer]).tolist()
+    else:
+        offsets = [[] for _ in range(tb.shape[0])]
+    pre_t = (sampler.data_table_s + sampler.h2d_table_s).tolist()
+    fwd_t = sampler.forward_table_s.sum(axis=1).tolist()
+    bwd_t = tb.sum(axis=1).tolist()
+    opt_t = sampler.optimizer_table_s.tolist()
+    scale = [float(x) for x in sampler.scale]
+
+    q = EventQueue()
+    heap, seq = q.heap, q.seq
+    it = [0] * n
+    bwd_end = [0.0] * n
+    opt = [0.0] * n
+    comp = [0.0] * n
+    ready_count = [0] * G
+    launched = 0  # next group to launch on the stream
+    stream_busy = False
+    comm_end = 0.0
+    step_end_max = [0.0] * total
+    done_count = [0] * total
+    compute_mean = [0.0] * total
+    exposed = [0.0] * total
+
+    def start(w: int, k: int, now: float) -> None:
+        it[w] = k
+        r = rows[k][w]
+        sc = scale[w]
+        t_b0 = now + (pre_t[r] + fwd_t[r]) * sc
+        bwd_end[w] = t_b0 + bwd_t[r] * sc
+        opt[w] = opt_t[r] * sc
+        comp[w] = (pre_t[r] + fwd_t[r] + bwd_t[r] + opt_t[r]) * sc
+        if G:
+            off = offsets[r]
+            for g in range(G):
+                heapq.heappush(heap, (t_b0 + off[g] * sc, next(seq), _GROUP_READY, w, g))
+        else:
+            heapq.heappush(heap, (bwd_end[w] + opt[w], next(seq), _STEP_END, w, 0))
+
+    for w in range(n):
+        start(w, 0, 0.0)
+    now = 0.0
+    while heap:
+        now, _, kind, a, b = heapq.heappop(heap)
+        if kind == _GROUP_READY:
+            ready_count[b] += 1
+            if ready_count[b] == n and not stream_busy and launched == b:
+                stream_busy = True
+                heapq.heappush(heap, (now + costs[b], next(seq), _COLL_END, b, 0))
+        elif kind == _COLL_END:
+            g = a
+            ready_count[g] = 0
+            launched = g + 1
+            stream_busy = False
+            if launched < G:
+                if ready_count[launched] == n:
+                    stream_busy = True
+                    heapq.heappush(heap, (now + costs[launched], next(seq), _COLL_END, launched, 0))
+            else:
+                launched = 0
+                comm_end = now
+                exposed[it[0]] = max(comm_end - max(bwd_end), 0.0)
+                for w in range(n):
+                    heapq.heappush(heap, (max(bwd_end[w], now) + opt[w], next(seq), _STEP_END, w, 0))
+        elif kind == _STEP_END:
+            w = a
+            k = it[w]
+            if now > step_end_max[k]:
+                step_end_max[k] = now
+            done_count[k] += 1
+            if done_count[k] == 1:
+                compute_mean[k] = 0.0
+            compute_mean[k] += comp[w] / n
+            if k + 1 < total:
+                start(w, k + 1, now)
+    prev = [0.0] + step_end_max[:-1]
+    steps = np.array([step_end_max[k] - prev[k] for k in range(warmup, total)])
+    step_mean = float(steps.mean())
+    comp_m = float(np.mean(compute_mean[warmup:]))
+    exp_m = float(np.mean(exposed[warmup:]))
+    breakdown = Breakdown(compute_s=comp_m, exposed_comm_s=exp_m, wait_s=max(step_mean - comp_m - exp_m, 0.0))
+    costs_arr = np.array(costs)
+    util = {"compute": comp_m / step_mean if step_mean > 0 else 0.0,
+            "network": float(costs_arr.sum()) / step_mean if step_mean > 0 else 0.0}
+    return Outcome(
+        iteration_s=steps,
+        throughput=n * profile.batch_size / step_mean if step_mean > 0 else float("inf"),
+        breakdown=breakdown,
+        bottleneck=describe_bottleneck(profile, cluster, strategy, link_comm, groups, costs_arr, step_mean,
+                                       breakdown, sampler),
+        utilization=util,
+        timeline=[] if timeline else None,
+    )
