@@ -57,6 +57,21 @@ def pid_gone(pid: int, timeout_s: float = 5.0) -> bool:
     return False
 
 
+def wait_running(bed: Testbed, node: int, proc: subprocess.Popen, comm: str = "sleep") -> None:
+    """Wait until `proc` has joined the node's cgroup and exec'd its program (teardown of a process
+    still starting is covered too, but then it exits with an error instead of being killed)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if proc.pid in tb._cgroup_pids(bed.cgroup(node)) and \
+                    Path(f"/proc/{proc.pid}/comm").read_text().strip() == comm:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError(f"{comm} did not start on node {node}")
+
+
 # --- no root needed ---------------------------------------------------------------------------
 
 def test_rejects_quotas_beyond_the_machine():
@@ -128,6 +143,7 @@ def test_builds_and_tears_down_cleanly():
         cg = bed.run_on_node(0, ["cat", "/proc/self/cgroup"], timeout_s=10)
         assert f"/{prefix}-node0" in cg.stdout
         sleeper = bed.popen(1, ["sleep", "300"])
+        wait_running(bed, 1, sleeper)
     assert sleeper.wait(timeout=10) == -signal.SIGKILL
     assert leftovers(prefix) == []
 
@@ -139,7 +155,8 @@ def test_tears_down_after_an_exception_and_a_killed_node_process():
             prefix = bed.prefix
             dead = bed.popen(0, ["sleep", "300"])
             alive = bed.popen(2, ["sleep", "300"])
-            time.sleep(0.2)
+            wait_running(bed, 0, dead)
+            wait_running(bed, 2, alive)
             dead.kill()
             dead.wait(timeout=5)
             raise RuntimeError("boom")
@@ -152,7 +169,9 @@ _OWNER = textwrap.dedent("""
     from sgdscale.runtime.testbed import Testbed
     with Testbed(2, 1e8, 0.3) as bed:
         child = bed.popen(1, ["sleep", "300"])
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{child.pid}/comm").read().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
         print(json.dumps({"prefix": bed.prefix, "pid": child.pid}), flush=True)
         time.sleep(300)
 """)
@@ -231,7 +250,18 @@ def test_cpu_quota_limits_a_busy_loop(quota):
     share = busy["cpu_s"] / busy["wall_s"]
     # On an idle machine (under the CPU lock) this measured 0.249 and 0.499 cores. The cap is what
     # the quota guarantees, so that bound is tight; other load on the shared 2 cores can only lower
-    # the share, so the lower bound is loose, and the cgroup must have throttled the loop.
+    # the share (a load of 8 on 2 cores leaves ~0.25 core per process), so the lower bound only
+    # says the loop ran, and the cgroup must have throttled it.
     assert share <= quota * 1.1
-    assert share >= quota * 0.5
+    assert share >= quota * 0.3
     assert stats["nr_throttled"] > 0
+
+
+@needs_root
+def test_teardown_while_processes_are_still_starting():
+    """A process caught between fork and `ip netns exec` either is killed or fails to enter: none escape."""
+    with Testbed(2, 1e8, 0.3) as bed:
+        prefix = bed.prefix
+        procs = [bed.popen(k % 2, ["sleep", "300"], stderr=subprocess.DEVNULL) for k in range(6)]
+    assert all(p.wait(timeout=10) != 0 for p in procs)
+    assert leftovers(prefix) == []
