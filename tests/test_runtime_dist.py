@@ -167,3 +167,25 @@ def test_cli_bad_input_exits_2(args, message, capsys):
 
     assert main(["train", "mlp", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_torchrun_launch_leaves_the_measurement_in_rank0_result(tmp_path):
+    """The documented real-cluster path: --write-config, then torchrun on the rank entry point."""
+    import subprocess
+    import sys
+
+    from sgdscale.cli import main
+    from sgdscale.runtime.measurement import load_measurement
+
+    config = tmp_path / "run.json"
+    assert main(["train", "mlp", "--workers", "2", "--iterations", "2", "--warmup", "1", "--batch-size", "4",
+                 "--option", "width=32", "--write-config", str(config)]) == 0
+    torchrun = Path(sys.executable).parent / "torchrun"
+    done = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "sgdscale.runtime.rank",
+         "--target", "sgdscale.runtime.train:train_rank", "--config", str(config), "--out", str(tmp_path / "res")],
+        capture_output=True, text=True, timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    m = load_measurement(tmp_path / "res" / "result-0.json")
+    assert m.config.workers == 2 and m.config.grouping == "buckets" and m.throughput > 0
