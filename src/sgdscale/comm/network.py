@@ -65,14 +65,20 @@ class Network(BaseModel):
 
 
 def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.ndarray) -> AlphaBeta:
-    """Least-squares line t = alpha + beta*M with alpha >= 0 and beta > 0 (as MG-WFBP fits it)."""
+    """Line t = alpha + beta*M with alpha >= 0 and beta > 0, fitted on relative error.
+
+    Weighting each point by 1/t keeps the many-megabyte messages from drowning the small ones, so
+    alpha (the startup cost that decides whether merging small gradients pays) is measured too.
+    """
     x = np.asarray(nbytes, dtype=float)
     y = np.asarray(seconds, dtype=float)
     if x.size < 2 or np.ptp(x) == 0:
         raise UserError("need at least two different message sizes to fit alpha and beta")
-    beta, alpha = np.polyfit(x, y, 1)
-    if alpha < 0:  # a negative startup cost is unphysical: refit through the origin
-        alpha, beta = 0.0, float(np.dot(x, y) / np.dot(x, x))
+    if np.any(y <= 0):
+        raise UserError("measured times must be positive to fit alpha and beta")
+    beta, alpha = np.polyfit(x, y, 1, w=1.0 / y)
+    if alpha < 0:  # a negative startup cost is unphysical: refit through the origin, same weights
+        alpha, beta = 0.0, float(np.sum(x / y) / np.sum((x / y) ** 2))
     beta = max(float(beta), 1e-15)
     return AlphaBeta(alpha_s=float(alpha), beta_s_per_byte=beta)
 
