@@ -2,6 +2,9 @@
 
 Each model is profiled while holding the shared CPU lock (/tmp/sgdscale-cpu.lock), one model at a
 time, so other timing-sensitive work on this shared machine does not overlap a measurement.
+Other work that does not take the lock (test suites) still competes for the 2 cores, so after
+taking the lock the script waits (up to --quiet-wait-s) until the rest of the machine uses less than
+--max-busy-cores, and records the busy cores seen before the measurement in the provenance.
 Sizes are chosen so one model takes under about a minute on the 2-core VM with 1 thread.
 
 Also writes benchmarks/results/profile_overhead_builtin.{json,md}: per model, the totals and the
@@ -17,6 +20,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -52,9 +56,37 @@ def cpu_lock():
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def busy_cores(interval_s: float = 1.0) -> float:
+    """Cores busy over the last `interval_s` (from /proc/stat), whoever uses them."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields[:8]), idle
+
+    total0, idle0 = sample()
+    time.sleep(interval_s)
+    total1, idle1 = sample()
+    busy = 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+    return busy * (os.cpu_count() or 1)
+
+
+def wait_for_quiet(max_busy: float, limit_s: float) -> float:
+    """Wait until other processes use less than `max_busy` cores; return the last reading."""
+    deadline = time.monotonic() + limit_s
+    busy = busy_cores()
+    while busy > max_busy and time.monotonic() < deadline:
+        busy = busy_cores(2.0)
+    return busy
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", default=list(CONFIGS), help="models to (re)build")
+    parser.add_argument("--max-busy-cores", type=float, default=0.5,
+                        help="wait until the rest of the machine uses less than this many cores")
+    parser.add_argument("--quiet-wait-s", type=float, default=300.0, help="give up waiting after this long")
     args = parser.parse_args()
     unknown = [m for m in args.models if m not in CONFIGS]
     if unknown:
@@ -70,6 +102,10 @@ def main() -> int:
         kwargs, batch, warmup, iterations = CONFIGS[model]
         workload = build_workload(model, **kwargs)
         with cpu_lock():
+            busy = wait_for_quiet(args.max_busy_cores, args.quiet_wait_s)
+            if busy > args.max_busy_cores:
+                print(f"{model}: machine still busy ({busy:.1f} cores) after {args.quiet_wait_s:.0f} s; "
+                      "measuring anyway (recorded in the provenance)", file=sys.stderr)
             started = time.perf_counter()
             profile = profile_workload(
                 workload, batch, warmup=warmup, iterations=iterations, threads=1, device="cpu",
@@ -77,6 +113,7 @@ def main() -> int:
                     "machine": MACHINE,
                     "built_by": "benchmarks/build_profiles.py (under flock /tmp/sgdscale-cpu.lock)",
                     "build_options": kwargs,
+                    "other_busy_cores_before": round(busy, 2),
                 },
             )
             wall = time.perf_counter() - started
@@ -103,6 +140,7 @@ def main() -> int:
             "gradient_bytes": profile.gradient_bytes,
             "profiling_wall_s": wall,
             "date_utc": profile.provenance["date_utc"],
+            "other_busy_cores_before": round(busy, 2),
         }
         print(
             f"{model:13s} fwd {profile.forward_s * 1e3:8.1f} ms  bwd {profile.backward_s * 1e3:8.1f} ms  "

@@ -274,3 +274,13 @@ def test_show_valid_and_builtin(tmp_path, capsys):
     assert code == 0 and "fc" in out
     code, out, _ = run(["show", "resnet50"], capsys)
     assert code == 0 and "layer4.2.conv3" in out and "measured step (uninstrumented)" in out
+
+
+def test_cli_and_show_do_not_import_torch():
+    """Prediction must work without torch: loading the CLI and a built-in profile stays torch-free."""
+    code = (
+        "import sys; from sgdscale.cli import app; from sgdscale.profile import load_profile; "
+        "load_profile('resnet50'); assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -32,6 +32,7 @@ On CUDA every timestamp is preceded by ``torch.cuda.synchronize()``.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
 import statistics
 import time
@@ -449,6 +450,7 @@ def _build_profile(
         "host_cpu": cpu,
         "machine": platform.machine(),
         "threads": threads,
+        "load_average_1m": round(os.getloadavg()[0], 2),  # high = measured on a busy machine
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "method": METHOD,
         "optimizer": f"SGD(lr={LEARNING_RATE}, momentum={MOMENTUM})",
