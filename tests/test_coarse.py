@@ -274,3 +274,58 @@ def test_profile_without_parameters():
                                                                            + profile.backward_s
                                                                            + (profile.step.optimizer_s
                                                                               if kind == "allreduce" else 0)))
+
+
+# ----------------------------------------------------------------------------- against the fine predictor
+
+@pytest.mark.parametrize("workers", [1, 2, 5, 16])
+@pytest.mark.parametrize("compute_scale", [None, "mixed"])
+def test_fine_and_coarse_agree_when_nothing_to_overlap(workers, compute_scale):
+    """single grouping (one all-reduce after backward), no variability: both are the same sum."""
+    from sgdscale.fine import simulate
+
+    profile = make_profile(sizes_mb=(3, 0, 7, 1))
+    scales = tuple(1.0 + 0.25 * (i % 3) for i in range(workers)) if compute_scale else ()
+    cluster = Cluster(workers, bandwidth_bps=2e9, latency_s=30e-6, compute_scale=scales)
+    strategy = Strategy("allreduce", grouping="single")
+    comm = comm_for(2e9, 30e-6)
+    fine = simulate(profile, cluster, strategy, comm, iterations=5, warmup=2, variability=False)
+    for heuristics in (False, True):
+        coarse = solve(profile, cluster, strategy, comm, variability=False, heuristics=heuristics)
+        assert coarse.throughput == pytest.approx(fine.throughput, rel=1e-9)
+
+
+def test_fine_and_coarse_close_with_variability():
+    """With stragglers the exact E[max] and the simulated mean of maxima agree within sampling noise."""
+    from sgdscale.fine import simulate
+
+    profile = make_profile(samples=40)
+    cluster = Cluster(8, bandwidth_bps=10e9)
+    strategy = Strategy("allreduce", grouping="single")
+    fine = simulate(profile, cluster, strategy, comm_for(), iterations=400, warmup=5)
+    coarse = solve(profile, cluster, strategy, comm_for())
+    assert coarse.throughput == pytest.approx(fine.throughput, rel=0.03)
+
+
+def test_pipeline_bound_special_cases():
+    from sgdscale.coarse.heuristics import pipeline_end_s
+
+    ready = [0.02, 0.05, 0.08]
+    comm_s = [0.03, 0.01, 0.02]
+    # one stage: the backward-overlap formula (measured from backward start, B = 0.08)
+    assert pipeline_end_s(ready[0], ready[-1], [comm_s]) - 0.08 == pytest.approx(
+        backward_exposed_s(comm_s, ready, 0.08))
+    # one message: the plain sum of its stages
+    assert pipeline_end_s(1.0, 1.0, [[0.2], [0.1], [0.3]]) == pytest.approx(1.6)
+    # full-duplex push and pull of many small messages cost about max(push, pull), not the sum
+    end = pipeline_end_s(0.0, 0.0, [[0.01] * 100, [0.0] * 100, [0.01] * 100])
+    assert end == pytest.approx(1.01)
+    assert pipeline_end_s(0.0, 0.0, [[], []]) == 0.0
+
+
+def test_pipeline_does_not_split_one_big_message():
+    from sgdscale.coarse.heuristics import pipeline_end_s
+
+    # three messages, the middle one dominant: its push and pull cannot overlap each other
+    stages = [[0.01, 1.0, 0.01], [0.0, 0.0, 0.0], [0.01, 1.0, 0.01]]
+    assert pipeline_end_s(0.0, 0.2, stages, [0.0, 0.1, 0.2]) >= 0.1 + 2.0

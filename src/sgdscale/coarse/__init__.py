@@ -14,7 +14,8 @@ with Mean Value Analysis, plus documented overlap heuristics.
   (Bard-Schweitzer above `mva.EXACT_MAX_CUSTOMERS` workers). Throughput = X(N) * batch.
 
 With `heuristics=True` communication overlaps compute as `sgdscale.coarse.heuristics` documents
-(all-reduce and push behind backward, pull behind the next forward, async queueing behind compute).
+(all-reduce behind backward; PS push -> update -> pull as a pipeline starting during backward;
+async: the same pipeline shortens the think time, MVA re-solved to a fixed point).
 benchmarks/coarse_heuristics.py measures how far each variant is from the fine-grained simulator.
 
 `Outcome.iteration_s`: for sync models, `iterations` steps drawn (seeded) from the exact

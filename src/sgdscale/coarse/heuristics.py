@@ -1,8 +1,8 @@
 """Overlap heuristics: how much of a step's communication hides behind compute.
 
 The coarse model's phases do not overlap. Real systems overlap gradient communication with
-backward (WFBP: a group is sent as soon as its last gradient is ready, one message at a time) and
-parameter pulls with the next forward (a layer's forward waits only for its own parameters).
+backward (WFBP: a group is sent as soon as its last gradient is ready, one message at a time) and,
+with parameter servers, pushes, updates and pulls of different messages with each other.
 
 **Backward overlap (all-reduce groups, PS pushes).** With groups g = 1..G in launch order, ready
 r_g seconds after backward starts and costing c_g, one serial communication stream ends at
@@ -15,20 +15,28 @@ only the two extreme terms of that max, which need nothing but totals and two pr
 - r_G + c_G - B: compute-bound: only the last group (ready when backward ends) is exposed.
 It is a lower bound of the WFBP exposure, exact whenever one of the two regimes binds; in between
 (a middle group waits for the link and delays all later ones) it is optimistic. Without overlap
-(`single` grouping: one group ready at B) it is exactly C.
+(`single` grouping: one group ready at B) it is exactly C. With variability the model takes each
+term with its own E[max over workers] of the time until that group is ready (models.py), so a
+straggler's delay before the first group is counted once.
 
-**Forward overlap (PS pulls).** Pulls go in forward order; the forward of a layer needs its
-parameters (cumulative pull P_g) and the previous layer. The forward ends at
-max_g(P_g + F - n_g), n_g = forward time before that layer, so the exposed pull is
-max(0, max_g(P_g - n_g)); the heuristic keeps the first and last groups:
-    exposed = max(0, P_1 - n_1, P - n_G).
-Pull and push times are split over groups in proportion to bytes (fluid network).
+**Pipelines (parameter servers).** A PS message goes through several serial resources in turn:
+the push (busiest NIC), the shard's update, the pull. Message g enters at its ready time; each
+resource serves messages in order. This is a flow shop, whose makespan is at least, for every
+stage k, "first message reaches k, all messages pass k, the last message finishes the later
+stages", and at least "the last message goes through every stage":
+    end >= max_k ( h_1 + sum_{j<k} s_j[1] + sum_g s_k[g] + sum_{j>k} s_j[G] ),  h_G + sum_k s_k[G]
+`pipeline_end_s` takes the max of these K + 1 terms (h = time until the first / last message is
+ready), plus every message's own path h_g + sum_k s_k[g] (h_g from the mean backward timeline). With one stage it is the backward-overlap formula above. It captures what a sequence of
+phases misses: a full-duplex NIC pulls early messages while later ones are still being pushed, so
+push and pull of a bottleneck NIC cost max(push, pull), not their sum. The next forward needs
+layer 0's parameters, which travel in the last message (backward order), so the pull hardly
+overlaps the next forward and the heuristic does not assume it does. Stage times are split over
+messages in proportion to their bytes (fluid network).
 
-**Async PS.** In the closed network a worker's queueing time at the server (push, update, pull)
-can hide behind its own backward/forward the same way. `async_hidden_s` applies the two formulas
-to the worker's push side (own NIC + server NIC in + server CPU response times) and pull side; the
-model then shortens the think time by the hidden amount and re-solves MVA, to a fixed point
-(hidden time depends on queueing, which depends on how fast workers come back).
+**Async PS.** In the closed network a worker's queueing and transfer time at the server can
+hide behind its own backward in the same way. The model applies `pipeline_end_s` to the worker's
+push / update / pull response times, shortens the think time by the time so hidden, and re-solves
+MVA to a fixed point (hidden time depends on queueing, which depends on how fast workers return).
 """
 
 from __future__ import annotations
@@ -53,17 +61,26 @@ def backward_exposed_exact_s(comm_s: Sequence[float], ready_s: Sequence[float], 
     return max(0.0, end - backward_s)
 
 
-def forward_exposed_s(total_s: float, groups: Sequence[tuple[float, float]]) -> float:
-    """Two-term bound of pull time not hidden behind forward.
+def pipeline_end_s(head_first_s: float, head_last_s: float, stages: Sequence[Sequence[float]],
+                   ready_offsets_s: Sequence[float] | None = None) -> float:
+    """Flow-shop bound of when the last message leaves the last stage (see module doc).
 
-    `groups`: (bytes, forward time before the layer needing them) in forward order; the pull time
-    `total_s` is split in proportion to bytes.
+    `stages[k][g]`: time of message g (in order) at stage k; `head_*`: when the first and the last
+    message are ready. `ready_offsets_s[g]`: when message g is ready relative to the first; given,
+    every message's own path (ready + all its stages) is a term too, so one dominant message
+    (VGG's 400 MB fully connected layer) is not pipelined with itself. 0 messages: 0.
     """
-    nbytes = sum(b for b, _ in groups)
-    if not groups or nbytes <= 0 or total_s <= 0:
-        return max(0.0, total_s)
-    first_bytes, first_need = groups[0]
-    return max(0.0, total_s * first_bytes / nbytes - first_need, total_s - groups[-1][1])
+    if not stages or not stages[0]:
+        return 0.0
+    firsts = [stage[0] for stage in stages]
+    lasts = [stage[-1] for stage in stages]
+    end = head_last_s + sum(lasts)
+    if ready_offsets_s is not None:
+        for g, offset in enumerate(ready_offsets_s):
+            end = max(end, head_first_s + offset + sum(stage[g] for stage in stages))
+    for k, stage in enumerate(stages):
+        end = max(end, head_first_s + sum(firsts[:k]) + float(sum(stage)) + sum(lasts[k + 1:]))
+    return end
 
 
 def split_by_bytes(total_s: float, nbytes: Sequence[float]) -> list[float]:

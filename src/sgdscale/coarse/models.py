@@ -13,7 +13,7 @@ from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
 from sgdscale.coarse.phases import (
     gradient_groups,
-    forward_need_s,
+    head_max,
     link_beta_s_per_byte,
     optimizer_mean_s,
     pre_barrier_max,
@@ -23,6 +23,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
+from sgdscale.fine.allreduce import slowest_link_comm
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
@@ -31,6 +32,22 @@ from sgdscale.units import format_bytes, format_seconds
 
 def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.0f}%" if whole > 0 else "0%"
+
+
+def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
+                        pre_max) -> float:
+    """The two-term WFBP heuristic (see `heuristics`) with each term's E[max] over workers.
+
+    Communication ends at max(E[max_w head_1,w] + C, E[max_w head_G,w] + c_G), where head_g,w is
+    worker w's time from step start until group g is ready; exposed = that end - E[max_w pre_w].
+    A straggler's delay before the first group is ready is then counted once, not once in compute
+    and again in communication. Without variability this is exactly `backward_exposed_s`.
+    """
+    if not groups:
+        return 0.0
+    first = head_max(profile, cluster, variability, groups[0]).mean + float(sum(comm_s))
+    last = head_max(profile, cluster, variability, groups[-1]).mean + comm_s[-1]
+    return max(0.0, first - pre_max.mean, last - pre_max.mean)
 
 
 def _step_samples(base: np.ndarray | float, extra_s: float, iterations: int) -> np.ndarray:
@@ -47,17 +64,18 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     slow = float(scales.max())
     pre_max = pre_barrier_max(profile, cluster, variability)
 
-    # The ring (and tree) move every byte over the slowest NIC, so its beta term is scaled by it.
-    link_factor = max(cluster.bandwidth_bps / cluster.worker_bandwidth_bps(i) for i in range(n))
+    # The ring (and tree) move every byte over the slowest NIC in lock step: the same slowest-link
+    # cost model as the fine predictor.
+    comm = slowest_link_comm(comm, cluster)
     linear = comm.allreduce_linear(n)
     groups = gradient_groups(profile, strategy, comm, n)
     if linear is None:
         comm_s = [0.0 for _ in groups]
     else:
-        comm_s = [linear.alpha_s + linear.beta_s_per_byte * link_factor * g.nbytes for g in groups]
+        comm_s = [linear.time_s(g.nbytes) for g in groups]
     total_comm = float(sum(comm_s))
     if heuristics:
-        exposed = hz.backward_exposed_s(comm_s, [slow * g.ready_s for g in groups], slow * profile.backward_s)
+        exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max)
     else:
         exposed = total_comm
     optimizer = slow * optimizer_mean_s(profile, variability)
@@ -119,7 +137,8 @@ class _ServerCosts:
 
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
-    """step = E[max_i pre_i] + push + server update + pull (each phase a barrier).
+    """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
+    a pipeline that starts during backward).
 
     push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
     down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
@@ -140,21 +159,28 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes
     update = float(update_per_shard.max(initial=0.0))
 
-    if heuristics:
+    if heuristics and costs.total_bytes > 0:
+        # Messages flow push -> update -> pull through the busiest resources as a pipeline that
+        # starts during backward (heuristics.pipeline_end_s).
         groups = gradient_groups(profile, strategy, comm, n)
-        push_exposed = hz.backward_exposed_s(
-            hz.split_by_bytes(push, [g.nbytes for g in groups]),
-            [slow * g.ready_s for g in groups], slow * profile.backward_s)
-        pull_exposed = hz.forward_exposed_s(pull, [(b, slow * need) for b, need in forward_need_s(profile)])
+        sizes = [g.nbytes for g in groups]
+        stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update, transfer)]
+        offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
+        end = hz.pipeline_end_s(head_max(profile, cluster, variability, groups[0]).mean,
+                                head_max(profile, cluster, variability, groups[-1]).mean, stages, offsets)
+        extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
+        serial = push + pull + update
+        update_part = extra * update / serial if serial > 0 else 0.0
+        exposed = extra - update_part
     else:
-        push_exposed, pull_exposed = push, pull
-    exposed = push_exposed + pull_exposed
-    step_mean = pre_max.mean + exposed + update
+        exposed, update_part = push + pull, update
+        extra = exposed + update_part
+    step_mean = pre_max.mean + extra
 
     if pre_max.values.size > 1:
-        steps = pre_max.sample(iterations, np.random.default_rng(seed)) + exposed + update
+        steps = pre_max.sample(iterations, np.random.default_rng(seed)) + extra
     else:
-        steps = _step_samples(pre_max.values[0], exposed + update, iterations)
+        steps = _step_samples(pre_max.values[0], extra, iterations)
 
     compute = float(scales.mean()) * pre_barrier_one(profile, variability).mean
     wait = max(0.0, step_mean - compute - exposed)
@@ -165,7 +191,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         utilization[f"server {s} NIC out"] = shard_nic_s[s] / step_mean
 
     busiest = int(np.argmax(shard_nic_s)) if costs.shards else 0
-    if exposed >= max(update, wait) and exposed > 0.05 * step_mean:
+    if exposed >= max(update_part, wait) and exposed > 0.05 * step_mean:
         if shard_nic_s.size and shard_nic_s[busiest] >= worker_nic_s:
             where = (f"server {busiest} NIC: it receives and sends {format_bytes(n * costs.bytes[busiest])} per step "
                      f"({format_seconds(shard_nic_s[busiest])} each way)")
@@ -174,7 +200,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
             where = f"worker NICs: each sends and receives {format_bytes(costs.total_bytes)} per step"
             advice = "add worker bandwidth"
         bottleneck = f"communication: {where}, {_pct(exposed, step_mean)} of the step exposed: {advice}"
-    elif update >= wait and update > 0.05 * step_mean:
+    elif update_part >= wait and update_part > 0.05 * step_mean:
         bottleneck = (f"server update: shards spend {format_seconds(update)} per step aggregating and updating "
                       f"({_pct(update, step_mean)} of the step): add parameter servers")
     elif wait > 0.05 * step_mean:
@@ -214,13 +240,13 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     names, demands, kinds = [], [], []
     for s in range(costs.shards):
         for name, demand, kind in ((f"server {s} NIC in (push)", nic[s], "push"),
-                                   (f"server {s} CPU (update)", costs.update_s[s], "push"),
+                                   (f"server {s} CPU (update)", costs.update_s[s], "update"),
                                    (f"server {s} NIC out (pull)", nic[s], "pull")):
             names.append(name)
             demands.append(float(demand))
             kinds.append(kind)
     demands_arr = np.array(demands)
-    push_mask = np.array([k == "push" for k in kinds])
+    stage_masks = [np.array([k == kind for k in kinds]) for kind in ("push", "update", "pull")]
     worker_nic = float(costs.worker_betas.mean()) * costs.total_bytes
     own_excess = max(0.0, worker_nic - float(nic.sum()))  # per direction
     think0 = compute + 2 * (costs.alpha + own_excess)
@@ -231,19 +257,19 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     hidden = 0.0
     if heuristics and costs.total_bytes > 0:
         groups = gradient_groups(profile, strategy, comm, n)
-        ready = [g.ready_s for g in groups]
-        push_bytes = [g.nbytes for g in groups]
-        needs = forward_need_s(profile)
+        sizes = [g.nbytes for g in groups]
         scale = float(scales.mean())
+        head = scale * (profile.step.data_s + profile.step.h2d_s + profile.forward_s)
+        head_first, head_last = head + scale * groups[0].ready_s, head + scale * groups[-1].ready_s
+        offsets = [scale * (g.ready_s - groups[0].ready_s) for g in groups]
 
         def hidden_for(think: float) -> float:
+            """Serial cycle minus the pipelined one, for the queueing seen at this think time."""
             result, _ = solve(think)
-            push_side = costs.alpha + own_excess + float(result.response_times[push_mask].sum())
-            pull_side = costs.alpha + own_excess + float(result.response_times[~push_mask].sum())
-            push_hidden = push_side - hz.backward_exposed_s(
-                hz.split_by_bytes(push_side, push_bytes), [scale * r for r in ready], scale * profile.backward_s)
-            pull_hidden = pull_side - hz.forward_exposed_s(pull_side, [(b, scale * need) for b, need in needs])
-            return push_hidden + pull_hidden
+            push, update, pull = (float(result.response_times[m].sum()) for m in stage_masks)
+            stages = [hz.split_by_bytes(t, sizes) for t in (push + own_excess, update, pull + own_excess)]
+            end = max(compute, hz.pipeline_end_s(head_first, head_last, stages, offsets) + 2 * costs.alpha)
+            return max(0.0, think0 + float(result.response_times.sum()) - end)
 
         # hidden(h) - h is strictly decreasing in h (queueing grows by less than the think time
         # shrinks), so bisection finds the unique fixed point.

@@ -88,13 +88,20 @@ def worker_scales(cluster: Cluster) -> np.ndarray:
     return np.array([cluster.worker_scale(i) for i in range(cluster.workers)], dtype=float)
 
 
+def head_max(profile: Profile, cluster: Cluster, variability: bool, group: Group) -> Discrete:
+    """Distribution over the slowest worker of the time from step start until `group` is ready
+    (data + copy + forward + backward down to the group's ready point), row by row like the
+    fine predictor, so a straggler's delay is counted once whether it hits forward or backward."""
+    sampler = ComputeSampler(profile, Cluster(1), variability=variability)
+    bwd = sampler.backward_table_s
+    partial = bwd[:, group.ready_layer + 1:].sum(axis=1) + group.ready_fraction * bwd[:, group.ready_layer]
+    rows = sampler.data_table_s + sampler.h2d_table_s + sampler.forward_table_s.sum(axis=1) + partial
+    return max_distribution(rows, worker_scales(cluster))
+
+
 def pre_barrier_max(profile: Profile, cluster: Cluster, variability: bool) -> Discrete:
     """Distribution of the slowest worker's pre-barrier compute (a point mass without variability)."""
-    scales = worker_scales(cluster)
-    samples = pre_barrier_samples(profile) if variability else None
-    if samples is None:
-        return Discrete(np.array([pre_barrier_mean_s(profile) * scales.max()]), np.array([1.0]))
-    return max_distribution(samples, scales)
+    return head_max(profile, cluster, variability, Group(0.0, profile.backward_s, 0, 1.0))
 
 
 def pre_barrier_one(profile: Profile, variability: bool) -> Discrete:
@@ -108,10 +115,13 @@ def pre_barrier_one(profile: Profile, variability: bool) -> Discrete:
 
 @dataclass(frozen=True)
 class Group:
-    """One gradient message in launch order: its bytes and when it is ready (s after backward start)."""
+    """One gradient message in launch order: its bytes and when it is ready: `ready_s` after backward
+    starts on the mean timeline, i.e. `ready_fraction` into the backward of layer `ready_layer`."""
 
     nbytes: float
     ready_s: float
+    ready_layer: int = 0
+    ready_fraction: float = 1.0
 
 
 def gradient_groups(profile: Profile, strategy: Strategy, comm: CommModel, workers: int) -> list[Group]:
@@ -122,17 +132,8 @@ def gradient_groups(profile: Profile, strategy: Strategy, comm: CommModel, worke
     """
     if strategy.uses_servers and strategy.grouping == "mg-wfbp":
         strategy = replace(strategy, grouping="per-layer")
-    return [Group(float(g.bytes), float(g.ready_s)) for g in group_gradients(profile, strategy, comm, workers)]
-
-
-def forward_need_s(profile: Profile) -> list[tuple[float, float]]:
-    """(bytes, forward time before it is needed) per layer with parameters, in forward order."""
-    out, t = [], 0.0
-    for layer in profile.layers:
-        if layer.params:
-            out.append((float(sum(p.bytes for p in layer.params)), t))
-        t += layer.forward_s
-    return out
+    return [Group(float(g.bytes), float(g.ready_s), g.ready_layer, g.ready_fraction)
+            for g in group_gradients(profile, strategy, comm, workers)]
 
 
 def shard_bytes(profile: Profile, strategy: Strategy, shards: int) -> np.ndarray:
