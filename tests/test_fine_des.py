@@ -1,0 +1,262 @@
+"""The general discrete-event simulator (parameter servers, all-reduce cross-check)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.fine.allreduce import simulate_allreduce
+from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
+from sgdscale.fine.des import _PsRun, simulate_des
+from sgdscale.fine.engine import run_dag
+from sgdscale.fine.variability import ComputeSampler
+from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
+from sgdscale.strategy import Strategy
+
+HYPOTHESIS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def make_profile(layers=6, samples=0, seed=0, optimizer_s=0.01, data_s=0.002, batch=8, paramless=True):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(layers):
+        params = []
+        if not (paramless and i % 3 == 2):
+            for k in range(1 + i % 2):
+                numel = int(rng.integers(1_000, 400_000))
+                params.append(ParamTensor(name=f"l{i}.p{k}", numel=numel, bytes=4 * numel))
+        f, b = float(rng.uniform(1e-3, 8e-3)), float(rng.uniform(2e-3, 1.5e-2))
+        out.append(Layer(name=f"l{i}", forward_s=f, backward_s=b, params=params,
+                         forward_samples_s=list(rng.uniform(0.5, 1.5, samples) * f) if samples else None,
+                         backward_samples_s=list(rng.uniform(0.5, 1.5, samples) * b) if samples else None))
+    return Profile(model="synthetic", batch_size=batch, layers=out,
+                   step=StepTimes(data_s=data_s, h2d_s=0.0, optimizer_s=optimizer_s))
+
+
+def comm_for(cluster):
+    return CommModel.from_link(cluster.bandwidth_bps, cluster.latency_s)
+
+
+# --- all-reduce: the DES runs the same DAG the fast path evaluates in closed form ----------------
+
+@pytest.mark.parametrize("variability", [False, True])
+@pytest.mark.parametrize("grouping", ["per-layer", "buckets", "per-tensor", "single"])
+@pytest.mark.parametrize("workers,scales", [(1, ()), (4, ()), (5, (1.0, 1.3, 1.0, 0.8, 2.0))])
+def test_allreduce_des_equals_fast_path(variability, grouping, workers, scales):
+    profile = make_profile(layers=9, samples=5)
+    cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=5e-5, compute_scale=scales)
+    strategy = Strategy(kind="allreduce", grouping=grouping, bucket_bytes=600_000, first_bucket_bytes=200_000)
+    comm = comm_for(cluster)
+    des = simulate_des(profile, cluster, strategy, comm, iterations=20, warmup=3, seed=7, variability=variability)
+    fast = simulate_allreduce(profile, cluster, strategy, comm, iterations=20, warmup=3, seed=7,
+                              variability=variability)
+    np.testing.assert_allclose(des.iteration_s, fast.iteration_s, rtol=1e-9)
+    assert des.throughput == pytest.approx(fast.throughput, rel=1e-9)
+    assert des.breakdown.exposed_comm_s == pytest.approx(fast.breakdown.exposed_comm_s, rel=1e-9, abs=1e-12)
+
+
+def test_allreduce_des_equals_fast_path_on_resnet50():
+    profile = load_profile("resnet50")
+    cluster = Cluster(16, bandwidth_bps=10e9, latency_s=2e-5)
+    strategy = Strategy(kind="allreduce", grouping="per-layer")
+    comm = comm_for(cluster)
+    des = simulate_des(profile, cluster, strategy, comm, iterations=10, warmup=2, seed=3)
+    fast = simulate_allreduce(profile, cluster, strategy, comm, iterations=10, warmup=2, seed=3)
+    np.testing.assert_allclose(des.iteration_s, fast.iteration_s, rtol=1e-9)
+
+
+# --- parameter servers ---------------------------------------------------------------------------
+
+def test_ps_sync_one_worker_infinite_bandwidth_is_step_plus_exposed_update():
+    # Two layers; backward: layer 1 then layer 0. Layer 0's gradient is last: its update (0.1 s)
+    # is exposed; layer 1's update (0.3 s) hides behind layer 0's backward (0.5 s).
+    layers = [
+        Layer(name="a", forward_s=0.02, backward_s=0.5, params=[ParamTensor(name="a.w", numel=250, bytes=1000)]),
+        Layer(name="b", forward_s=0.03, backward_s=0.2, params=[ParamTensor(name="b.w", numel=750, bytes=3000)]),
+    ]
+    profile = Profile(model="two", batch_size=4, layers=layers, step=StepTimes(data_s=0.05, optimizer_s=0.4))
+    cluster = Cluster(1, bandwidth_bps=1e18, latency_s=0.0)
+    out = simulate_des(profile, cluster, Strategy(kind="ps-sync", grouping="per-tensor"), comm_for(cluster),
+                       iterations=5, warmup=1, variability=False)
+    # The next step's data (0.05 s) overlaps the 0.1 s wait for layer 0's parameters.
+    expected = 0.1 + 0.02 + 0.03 + 0.5 + 0.2
+    np.testing.assert_allclose(out.iteration_s, expected, rtol=1e-9)
+    assert out.throughput == pytest.approx(4 / expected, rel=1e-9)
+    assert out.breakdown.compute_s == pytest.approx(0.05 + 0.05 + 0.7)
+    assert out.breakdown.exposed_comm_s == pytest.approx(expected - 0.8, rel=1e-6)
+    assert out.breakdown.wait_s == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_one_worker_sync_and_async_agree(kind):
+    profile = make_profile(layers=7)
+    cluster = Cluster(1, bandwidth_bps=2e9, latency_s=1e-4)
+    out = {k: simulate_des(profile, cluster, Strategy(kind=k, grouping="per-tensor"), comm_for(cluster),
+                           iterations=8, warmup=2, variability=False) for k in ("ps-sync", "ps-async")}
+    np.testing.assert_allclose(out["ps-sync"].iteration_s, out["ps-async"].iteration_s, rtol=1e-12)
+
+
+@pytest.mark.parametrize("variability", [False, True])
+@pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
+def test_ps_sync_fast_loop_equals_explicit_dag(variability, shards, grouping):
+    """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op."""
+    profile = make_profile(layers=5, samples=4, seed=3)
+    cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
+                      compute_scale=(1.0, 1.7, 0.9))
+    strategy = Strategy(kind="ps-sync", grouping=grouping, bucket_bytes=500_000, first_bucket_bytes=100_000)
+    comm = comm_for(cluster)
+    steps = 6
+    sampler = ComputeSampler(profile, cluster, seed=11, variability=variability)
+    rows = np.array([sampler.draw_rows() for _ in range(steps)]).reshape(steps, cluster.workers)
+    scale = sampler.scale
+    fwd = sampler.forward_table_s[rows] * scale[None, :, None]
+    bwd = sampler.backward_table_s[rows] * scale[None, :, None]
+    pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * scale[None, :]
+    dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre)
+    explicit = run_dag(dag, resources, network=net)
+    plan = ps_plan(profile, cluster, strategy, comm)
+    fast = _PsRun(profile, cluster, comm, plan, sampler, rows, True, 0)
+    fast.run()
+    for w in range(cluster.workers):
+        want = [explicit.finish_s[step_end[k][w]] for k in range(steps)]
+        np.testing.assert_allclose(fast.ends[w], want, rtol=1e-9)
+
+
+EQUAL_TENSORS = Profile(
+    model="equal", batch_size=8, step=StepTimes(data_s=0.001, optimizer_s=0.004),
+    layers=[Layer(name=f"l{i}", forward_s=0.002 + 0.001 * (i % 3), backward_s=0.004 + 0.001 * (i % 2),
+                  params=[ParamTensor(name=f"l{i}.w", numel=100_000, bytes=400_000)]) for i in range(12)])
+
+
+def _throughput(kind, workers, bandwidth, shards, server_bw=None, profile=None, iterations=15):
+    profile = profile or make_profile(layers=6, optimizer_s=0.004)
+    cluster = Cluster(workers, bandwidth_bps=bandwidth, latency_s=2e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
+    return simulate_des(profile, cluster, Strategy(kind=kind, grouping="per-tensor"), comm_for(cluster),
+                        iterations=iterations, warmup=3, variability=False).throughput
+
+
+@HYPOTHESIS
+@given(workers=st.integers(1, 6), shards=st.integers(1, 3), bw=st.floats(1e8, 5e9), factor=st.floats(1.0, 8.0),
+       kind=st.sampled_from(["ps-sync", "ps-async"]))
+def test_throughput_non_decreasing_in_bandwidth(workers, shards, bw, factor, kind):
+    slow = _throughput(kind, workers, bw, shards)
+    fast = _throughput(kind, workers, bw * factor, shards)
+    assert fast >= slow * (1 - 1e-6)
+
+
+@HYPOTHESIS
+@given(workers=st.integers(1, 6), shards=st.integers(1, 3), bw=st.floats(1e8, 5e9),
+       kind=st.sampled_from(["ps-sync", "ps-async"]))
+def test_throughput_non_decreasing_in_server_count(workers, shards, bw, kind):
+    """Where the server NICs are the bottleneck (4x slower than the workers') and round-robin
+    placement balances them (equal tensors: a shard's load ceil(T/S) never grows with S).
+
+    Not a law of the model in general: round-robin over uneven tensors can load one shard more
+    with more shards, and one worker whose own NIC is the bottleneck gets slower with a second
+    shard, because its NIC is then shared fairly by two connections instead of FIFO by one, so
+    the parameters forward needs first arrive later (test below).
+    """
+    fewer = _throughput(kind, workers, bw, shards, server_bw=bw / 4, profile=EQUAL_TENSORS)
+    more = _throughput(kind, workers, bw, shards + 1, server_bw=bw / 4, profile=EQUAL_TENSORS)
+    assert more >= fewer * (1 - 1e-6)
+
+
+def test_second_shard_can_hurt_a_single_worker_with_a_slow_nic():
+    # Servers infinitely fast: only the worker's NIC matters, and sharing it beats FIFO never.
+    one = _throughput("ps-sync", 1, 1e8, 1, server_bw=1e15, profile=EQUAL_TENSORS)
+    two = _throughput("ps-sync", 1, 1e8, 2, server_bw=1e15, profile=EQUAL_TENSORS)
+    assert two < one
+
+
+@HYPOTHESIS
+@given(workers=st.integers(1, 24), shards=st.integers(1, 3), bw=st.floats(1e8, 1e10), server_bw=st.floats(1e8, 1e10),
+       optimizer_s=st.floats(0.0, 0.05))
+def test_ps_async_never_beats_the_bottleneck_bound(workers, shards, bw, server_bw, optimizer_s):
+    profile = make_profile(layers=6, optimizer_s=optimizer_s)
+    cluster = Cluster(workers, bandwidth_bps=bw, latency_s=2e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
+    strategy = Strategy(kind="ps-async", grouping="per-tensor")
+    comm = comm_for(cluster)
+    out = simulate_des(profile, cluster, strategy, comm, iterations=30, warmup=5, variability=False)
+    plan = ps_plan(profile, cluster, strategy, comm)
+    worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
+    demand = []  # seconds of each server resource per worker step
+    for s in range(shards):
+        nbytes = sum(b for b, sh in zip(plan.bytes, plan.shard) if sh == s)
+        demand += [sum(u for u, sh in zip(plan.update_s, plan.shard) if sh == s), nbytes / server_Bps]
+    d_max = max(demand)
+    compute = profile.compute_s - profile.step.optimizer_s  # the workers run no optimizer with a PS
+    # Each worker steps at most once per compute time (communication overlaps at best); the
+    # busiest server resource serves at most 1/D_max steps per second. (N/(D+Z) is not a bound
+    # here: pushes and pulls overlap with compute.)
+    bound = profile.batch_size * min(workers / compute, 1.0 / d_max if d_max > 0 else float("inf"))
+    assert out.throughput <= bound * 1.02
+
+
+def test_server_nic_bottleneck_is_named():
+    profile = make_profile(layers=6, optimizer_s=1e-4)
+    cluster = Cluster(16, bandwidth_bps=10e9, latency_s=2e-5, ps_bandwidth_bps=1e9)
+    out = simulate_des(profile, cluster, Strategy(kind="ps-async", grouping="per-tensor"), comm_for(cluster),
+                       iterations=20, warmup=3, variability=False)
+    assert "server 0 NIC" in out.bottleneck
+    assert out.utilization["server 0 NIC down"] > 0.85 or out.utilization["server 0 NIC up"] > 0.85
+    assert 0.0 <= out.utilization["worker compute"] <= 1.0
+
+
+def test_compute_bound_case_is_named():
+    profile = make_profile(layers=6, optimizer_s=1e-5)
+    cluster = Cluster(2, bandwidth_bps=100e9, latency_s=1e-6, ps_count=2)
+    out = simulate_des(profile, cluster, Strategy(kind="ps-async", grouping="per-layer"), comm_for(cluster),
+                       iterations=20, warmup=3, variability=False)
+    assert out.bottleneck.startswith("compute-bound")
+    assert out.utilization["worker compute"] > 0.95
+
+
+def test_stragglers_slow_sync_but_not_async():
+    profile = make_profile(layers=6, optimizer_s=1e-4)
+    scales = (1.0, 1.0, 1.0, 3.0)
+    cluster = Cluster(4, bandwidth_bps=100e9, latency_s=1e-6, compute_scale=scales)
+    sync = simulate_des(profile, cluster, Strategy(kind="ps-sync", grouping="per-tensor"), comm_for(cluster),
+                        iterations=20, warmup=3, variability=False)
+    asyn = simulate_des(profile, cluster, Strategy(kind="ps-async", grouping="per-tensor"), comm_for(cluster),
+                        iterations=20, warmup=3, variability=False)
+    assert asyn.throughput > 1.5 * sync.throughput
+    assert "straggler" in sync.bottleneck
+    assert sync.breakdown.wait_s > sync.breakdown.exposed_comm_s
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async", "allreduce"])
+def test_seeded_reproducibility(kind):
+    profile = make_profile(layers=6, samples=6)
+    cluster = Cluster(5, bandwidth_bps=1e9, latency_s=2e-5, ps_count=2)
+    run = lambda seed: simulate_des(profile, cluster, Strategy(kind=kind, grouping="per-tensor"), comm_for(cluster),
+                                    iterations=10, warmup=2, seed=seed)
+    a, b, c = run(1), run(1), run(2)
+    np.testing.assert_array_equal(a.iteration_s, b.iteration_s)
+    assert a.throughput == b.throughput and a.utilization == b.utilization
+    assert not np.array_equal(a.iteration_s, c.iteration_s)
+
+
+def test_timeline_is_capped_and_well_formed():
+    profile = make_profile(layers=6)
+    cluster = Cluster(8, bandwidth_bps=1e9, latency_s=2e-5)
+    out = simulate_des(profile, cluster, Strategy(kind="ps-sync", grouping="per-tensor"), comm_for(cluster),
+                       iterations=10, warmup=2, timeline=True)
+    assert out.timeline
+    processes = {e.process for e in out.timeline}
+    assert processes <= {"worker 0", "worker 1", "worker 2", "server 0"}
+    assert {e.thread for e in out.timeline} >= {"compute", "nic up", "nic down", "update"}
+    assert all(e.duration_s >= 0 for e in out.timeline)
+    assert {e.args["iteration"] for e in out.timeline} <= {2, 3, 4}
+
+
+def test_measured_network_bandwidth_scales_every_nic():
+    cluster = Cluster(2, bandwidth_bps=10e9, ps_bandwidth_bps=40e9, slow_links=((1, 1e9),))
+    comm = CommModel.from_link(5e9, 1e-5)  # e.g. fitted from a network file: half the nominal
+    workers, server = nic_capacities_Bps(cluster, comm)
+    assert workers == pytest.approx([5e9 / 8, 0.5e9 / 8])
+    assert server == pytest.approx(20e9 / 8)
+    assert nic_capacities_Bps(cluster, CommModel.from_link(10e9, 1e-5))[0][0] == 10e9 / 8
