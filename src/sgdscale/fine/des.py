@@ -61,7 +61,7 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.errors import UserError
 from sgdscale.fine.dag import PsPlan, nic_capacities_Bps, ps_plan
-from sgdscale.fine.links import EventQueue, LinkNetwork
+from sgdscale.fine.links import EventQueue, LinkNetwork, StarNetwork
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome, TraceEvent
@@ -128,7 +128,7 @@ class _Tables:
 
 class _PsRun:
     def __init__(self, profile: Profile, cluster: Cluster, comm: CommModel, plan: PsPlan, sampler: ComputeSampler,
-                 rows: np.ndarray, sync: bool, warmup: int, trace: bool = False) -> None:
+                 rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> None:
         self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
         self.rows = rows.tolist()
         self.total = rows.shape[0]
@@ -141,11 +141,22 @@ class _PsRun:
         self.q = EventQueue()
         alpha = comm.p2p.alpha_s
         # Push network: links 0..n-1 worker uplinks, n..n+S-1 server downlinks.
-        self.push_net = LinkNetwork(self.q, worker_Bps + [server_Bps] * shards, alpha, kind_base=_PUSH_DONE)
+        push_caps = worker_Bps + [server_Bps] * shards
+        push_pairs = [(w, n + s) for w in range(n) for s in range(shards)]
         # Pull network: links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
-        self.pull_net = LinkNetwork(self.q, [server_Bps] * shards + worker_Bps, alpha, kind_base=_PULL_DONE)
-        self.push_conn = [[self.push_net.add_connection(w, n + s) for s in range(shards)] for w in range(n)]
-        self.pull_conn = [[self.pull_net.add_connection(s, shards + w) for w in range(n)] for s in range(shards)]
+        pull_caps = [server_Bps] * shards + worker_Bps
+        pull_pairs = [(s, shards + w) for s in range(shards) for w in range(n)]
+
+        def network(caps, pairs, base):
+            cls = StarNetwork if star and StarNetwork.applies(caps, pairs) else LinkNetwork
+            net = cls(self.q, caps, alpha, kind_base=base)
+            conns = [net.add_connection(up, down) for up, down in pairs]
+            return net, conns
+
+        self.push_net, conns = network(push_caps, push_pairs, _PUSH_DONE)
+        self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
+        self.pull_net, conns = network(pull_caps, pull_pairs, _PULL_DONE)
+        self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.trace: list[TraceEvent] | None = [] if trace else None
         self.snapshots: dict[str, tuple] = {}
 

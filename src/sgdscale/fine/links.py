@@ -262,3 +262,205 @@ def run_network(net: LinkNetwork) -> list[tuple[float, int, int]]:
         elif kind == net.kind_deliver:
             out.append((t, a, b))
     return out
+
+
+class StarNetwork:
+    """The same model as `LinkNetwork` when every connection has a *private* link (used by no other
+    connection) and a *shared* link whose connections all have private links of equal capacity p.
+
+    Max-min then gives every active connection on a shared link of capacity C the same rate
+    min(p, C/k), so the link is a processor-sharing queue: a virtual clock V (bytes served per
+    connection) advances at that rate, each moving message finishes when V reaches its virtual
+    finish tag, and only the earliest tag needs an event. A change costs O(log k) instead of
+    rescheduling all k connections. A parameter server with one shard and identical workers is
+    exactly this (worker NICs private, the server NIC shared). Same interface as `LinkNetwork`;
+    the DONE event carries (shared link, version).
+    """
+
+    @staticmethod
+    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]]) -> bool:
+        """True when `pairs` (up, down) of all connections fit the star model above."""
+        uses: dict[int, int] = {}
+        for up, down in pairs:
+            uses[up] = uses.get(up, 0) + 1
+            uses[down] = uses.get(down, 0) + 1
+        private_cap: dict[int, float] = {}
+        for up, down in pairs:
+            if uses[up] == 1:
+                private, shared = up, down
+            elif uses[down] == 1:
+                private, shared = down, up
+            else:
+                return False
+            cap = capacities_Bps[private]
+            if private_cap.setdefault(shared, cap) != cap:
+                return False
+        return True
+
+    def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float, kind_base: int = 0,
+                 names: list[str] | None = None) -> None:
+        if any(not c > 0 for c in capacities_Bps):
+            raise ValueError("link capacities must be positive")
+        self.queue = queue
+        self.cap = [float(c) for c in capacities_Bps]
+        self.names = names or [f"link {i}" for i in range(len(capacities_Bps))]
+        self.alpha_s = float(alpha_s)
+        self.kind_done = kind_base + DONE
+        self.kind_release = kind_base + RELEASE
+        self.kind_deliver = kind_base + DELIVER
+        self.dirty = False  # never: rates change inside each operation
+        self.on_transfer = None
+        self.reallocations = 0
+        nl = len(self.cap)
+        self._uses = [0] * nl
+        # Per shared link: active count, per-connection rate, virtual clock, its time, tag heap, version.
+        self.s_k = [0] * nl
+        self.s_rate = [0.0] * nl
+        self.s_v = [0.0] * nl
+        self.s_vt = [0.0] * nl
+        self.s_heap: list[list] = [[] for _ in range(nl)]
+        self.s_ver = [0] * nl
+        self.s_p = [0.0] * nl  # private capacity of its connections
+        self.s_bytes = [0.0] * nl  # bytes carried up to s_vt
+        # Per connection.
+        self.c_up: list[int] = []
+        self.c_down: list[int] = []
+        self.c_shared: list[int] = []
+        self.c_private: list[int] = []
+        self.c_queue: list[deque] = []
+        self.c_active: list[bool] = []
+        self.c_pending: list[bool] = []
+        self.c_start: list[float] = []
+        self.c_fin: list[float] = []  # virtual finish tag of the moving message
+        self.c_head_bytes: list[float] = []
+        self.c_sent: list[float] = []  # bytes of messages fully sent
+        self._pairs: list[tuple[int, int]] = []
+        self._seq = itertools.count()
+
+    def add_connection(self, up: int, down: int) -> int:
+        c = len(self.c_up)
+        self.c_up.append(up)
+        self.c_down.append(down)
+        self._pairs.append((up, down))
+        self._uses[up] += 1
+        self._uses[down] += 1
+        self.c_queue.append(deque())
+        self.c_active.append(False)
+        self.c_pending.append(False)
+        self.c_start.append(0.0)
+        self.c_fin.append(0.0)
+        self.c_head_bytes.append(0.0)
+        self.c_sent.append(0.0)
+        self.c_shared.append(-1)
+        self.c_private.append(-1)
+        return c
+
+    def _finalize(self) -> None:
+        """Decide private/shared links once all connections exist (first message sent)."""
+        if not StarNetwork.applies(self.cap, self._pairs):
+            raise ValueError("these connections do not form a star (use LinkNetwork)")
+        for c, (up, down) in enumerate(self._pairs):
+            private, shared = (up, down) if self._uses[up] == 1 else (down, up)
+            self.c_private[c], self.c_shared[c] = private, shared
+            self.s_p[shared] = self.cap[private]
+        self._pairs = []
+
+    def _advance(self, link: int, now: float) -> None:
+        dt = now - self.s_vt[link]
+        if dt > 0.0:
+            rate = self.s_rate[link]
+            self.s_v[link] += rate * dt
+            self.s_bytes[link] += self.s_k[link] * rate * dt
+        self.s_vt[link] = now
+
+    def _reschedule(self, link: int, now: float) -> None:
+        k = self.s_k[link]
+        ver = self.s_ver[link] + 1
+        self.s_ver[link] = ver
+        if k == 0:
+            self.s_rate[link] = 0.0
+            return
+        share = self.cap[link] / k
+        p = self.s_p[link]
+        rate = p if p < share else share
+        self.s_rate[link] = rate
+        left = self.s_heap[link][0][0] - self.s_v[link]
+        if left < 0.0:
+            left = 0.0
+        heapq.heappush(self.queue.heap, (now + left / rate, next(self.queue.seq), self.kind_done, link, ver))
+
+    def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
+        if self._pairs:
+            self._finalize()
+        q = self.c_queue[conn]
+        q.append((release_s, nbytes, token, tag))
+        if len(q) == 1:
+            self._head_arrived(conn, now)
+
+    def _start_head(self, conn: int, now: float, link: int) -> None:
+        """Put the (released) head message of `conn` on its shared link; V is current."""
+        nbytes = self.c_queue[conn][0][1]
+        fin = self.s_v[link] + nbytes
+        self.c_fin[conn] = fin
+        self.c_head_bytes[conn] = nbytes
+        self.c_start[conn] = now
+        heapq.heappush(self.s_heap[link], (fin, next(self._seq), conn))
+
+    def _head_arrived(self, conn: int, now: float) -> None:
+        release_s = self.c_queue[conn][0][0]
+        if release_s <= now:
+            link = self.c_shared[conn]
+            self._advance(link, now)
+            self._start_head(conn, now, link)
+            self.c_active[conn] = True
+            self.s_k[link] += 1
+            self._reschedule(link, now)
+        elif not self.c_pending[conn]:
+            self.c_pending[conn] = True
+            heapq.heappush(self.queue.heap, (release_s, next(self.queue.seq), self.kind_release, conn, 0))
+
+    def on_release(self, conn: int, now: float) -> None:
+        self.c_pending[conn] = False
+        if self.c_queue[conn] and not self.c_active[conn]:
+            self._head_arrived(conn, now)
+
+    def on_done(self, link: int, version: int, now: float) -> None:
+        if version != self.s_ver[link]:
+            return
+        self._advance(link, now)
+        _, _, conn = heapq.heappop(self.s_heap[link])
+        q = self.c_queue[conn]
+        _, nbytes, token, tag = q.popleft()
+        self.c_sent[conn] += nbytes
+        if self.on_transfer is not None:
+            self.on_transfer(conn, token, tag, self.c_start[conn], now)
+        heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
+        if q and q[0][0] <= now:
+            self._start_head(conn, now, link)  # backlogged: same count, same rate
+        else:
+            self.c_active[conn] = False
+            self.s_k[link] -= 1
+            if q:
+                self._head_arrived(conn, now)
+        self._reschedule(link, now)
+
+    def reallocate(self, now: float) -> None:
+        self.dirty = False
+
+    def bytes_carried(self, link: int, now: float) -> float:
+        if self._pairs:
+            self._finalize()
+        if self._uses[link] == 0:
+            return 0.0
+        if self.s_p[link] > 0.0 or self.s_k[link] > 0 or self.s_heap[link]:
+            # a shared link
+            return self.s_bytes[link] + self.s_k[link] * self.s_rate[link] * max(0.0, now - self.s_vt[link])
+        total = 0.0
+        for c in range(len(self.c_up)):
+            if self.c_private[c] == link:
+                total += self.c_sent[c]
+                if self.c_active[c]:
+                    shared = self.c_shared[c]
+                    v = self.s_v[shared] + self.s_rate[shared] * max(0.0, now - self.s_vt[shared])
+                    total += max(0.0, v - (self.c_fin[c] - self.c_head_bytes[c]))
+        return total
