@@ -106,3 +106,45 @@ def test_bytes_are_conserved_and_links_never_exceed_capacity(caps, msgs):
     assert down == pytest.approx(total, rel=1e-6, abs=1e-6)
     # No message can beat its own link bottleneck.
     assert end >= max(m[3] for m in msgs) - 1e-12
+
+
+from sgdscale.fine.links import StarNetwork  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    senders=st.integers(1, 6),
+    fan_in=st.booleans(),
+    private=st.floats(1.0, 100.0),
+    shared=st.floats(1.0, 100.0),
+    alpha=st.floats(0.0, 0.5),
+    msgs=st.lists(st.tuples(st.integers(0, 5), st.floats(0.0, 60.0), st.floats(0.0, 8.0)), min_size=1, max_size=25),
+)
+def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs):
+    """The virtual-time star model gives the same deliveries as progressive filling."""
+    caps = [private] * senders + [shared]
+    # fan-in: private uplinks into one shared downlink (pushes); fan-out: the reverse (pulls).
+    pairs = [(i, senders) if fan_in else (senders, i) for i in range(senders)]
+    assert StarNetwork.applies(caps, pairs)
+    results = []
+    for cls in (LinkNetwork, StarNetwork):
+        net = cls(EventQueue(), caps, alpha)
+        conns = [net.add_connection(*pair) for pair in pairs]
+        last = [0.0] * senders
+        for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
+            who %= senders
+            last[who] = max(last[who], release)
+            net.send(conns[who], nbytes, last[who], 0.0, token=token)
+        out = sorted((tok, t) for t, tok, _ in run_network(net))
+        end = max(t for _, t in out)
+        results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
+    (a, bytes_a), (b, bytes_b) = results
+    assert [tok for tok, _ in a] == [tok for tok, _ in b]
+    for (_, ta), (_, tb) in zip(a, b):
+        assert ta == pytest.approx(tb, rel=1e-9, abs=1e-9)
+    assert bytes_a == pytest.approx(bytes_b, rel=1e-9, abs=1e-6)
+
+
+def test_star_applies_only_to_stars():
+    assert not StarNetwork.applies([1.0, 1.0, 1.0, 1.0], [(0, 2), (0, 3), (1, 2)])  # no private link
+    assert not StarNetwork.applies([1.0, 2.0, 5.0], [(0, 2), (1, 2)])  # unequal private links

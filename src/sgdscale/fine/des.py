@@ -189,6 +189,7 @@ class _PsRun:
         wait_since = [0.0] * n
         blocked = [0.0] * n  # blocked time in the current step
         have = [[-1] * M for _ in range(n)]  # iteration whose update of message m the worker holds
+        have_t = [[0.0] * M for _ in range(n)]  # when it arrives (may be up to alpha ahead)
         busy = [0.0] * n  # compute busy time scheduled so far
         cend = [0.0] * n  # end of the compute scheduled last
         step_start = [0.0] * n
@@ -211,54 +212,116 @@ class _PsRun:
         if trace is not None:
             self._install_flow_trace(trace_workers, trace_iters)
 
-        def advance(w: int, now: float, extra: float) -> None:
-            """Run forward from layer nxt[w] as far as parameters allow; start backward at the end."""
-            pre_cf = tab[w][1]
+        def advance(w: int, t: float, extra: float, lnow: float) -> None:
+            """Run worker w's forward from layer nxt[w], starting at its time t (>= the loop's time
+            lnow), as far as the parameters it holds allow; start backward at the end.
+
+            Parameters already handed over may still be in flight (arrival up to alpha ahead):
+            forward then waits for them inside the chunk, which is exact because their arrival
+            times are final."""
+            cf = tab[w][1]
             k = it[w]
             j0 = nxt[w]
             j = j0
+            t0 = t
+            t += extra
             if k > 0:
                 hv = have[w]
+                ht = have_t[w]
                 kk = k - 1
                 while j < L:
+                    r = 0.0
                     ok = True
                     for m in need[j]:
                         if hv[m] < kk:
                             ok = False
                             break
+                        if ht[m] > r:
+                            r = ht[m]
                     if not ok:
                         break
+                    if r > t:
+                        blocked[w] += r - t
+                        t = r
+                    t += cf[j + 1] - cf[j]
                     j += 1
             else:
+                t += cf[L] - cf[j]
                 j = L
-            chunk = extra + pre_cf[j] - pre_cf[j0]
+            comp = extra + cf[j] - cf[j0]
             nxt[w] = j
-            if trace is not None and w in trace_workers and k in trace_iters and (chunk > 0 or j == L):
-                self._trace_compute(w, k, now, extra, j0, j)
+            if trace is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
+                self._trace_compute(w, k, t0, extra, j0, j)
             if j == L:
-                t_b0 = now + chunk
                 _, _, bwd, rel, _, _ = tab[w]
-                t_end = t_b0 + bwd
-                busy[w] += chunk + bwd
+                t_end = t + bwd
+                busy[w] += comp + bwd
                 cend[w] = t_end
                 lr = last_release[w]
                 pc = push_conn[w]
                 base = w * M
                 for m in range(M):
                     s = msg_shard[m]
-                    release = t_b0 + rel[m]
+                    release = t + rel[m]
                     if release < lr[s]:
                         release = lr[s]
                     lr[s] = release
-                    push_send(pc[s], msg_bytes[m], release, now, base + m, k)
+                    push_send(pc[s], msg_bytes[m], release, lnow, base + m, k)
                 heappush(heap, (t_end, next(seq), _STEP_END, w, 0))
-            elif chunk > 0.0:
-                busy[w] += chunk
-                cend[w] = now + chunk
-                heappush(heap, (now + chunk, next(seq), _FWD_END, w, 0))
             else:
+                busy[w] += comp
+                cend[w] = t
                 waiting[w] = True
-                wait_since[w] = now
+                wait_since[w] = t
+
+        def on_pull(token: int, k: int, arrival: float, lnow: float) -> None:
+            """Fresh parameters of message m (update of iteration k) reach worker w at `arrival`."""
+            w, m = divmod(token, M)
+            have[w][m] = k
+            have_t[w][m] = arrival
+            if waiting[w]:
+                j = nxt[w]
+                if m in need[j]:
+                    kk = it[w] - 1
+                    hv = have[w]
+                    for x in need[j]:
+                        if hv[x] < kk:
+                            return
+                    waiting[w] = False
+                    t = wait_since[w]
+                    if trace is not None and w in trace_workers and it[w] in trace_iters:
+                        self._trace_wait(w, it[w], t, max(t, max(have_t[w][x] for x in need[j])))
+                    advance(w, t, 0.0, lnow)
+
+        def on_push(token: int, k: int, arrival: float, lnow: float) -> None:
+            """Worker w's gradient message m of iteration k reaches its shard at `arrival`."""
+            w, m = divmod(token, M)
+            if sync:
+                arr = arrivals[k & 1]
+                arr[m] += 1
+                if arr[m] < n:
+                    return
+                arr[m] = 0
+            s = msg_shard[m]
+            u = msg_update[m]
+            st = sfree[s]
+            if st < arrival:
+                st = arrival
+            en = st + u
+            sfree[s] = en
+            sbusy[s] += u
+            if trace is not None and k in trace_iters:
+                self._trace_update(s, m, k, st, u, None if sync else w)
+            pcs = pull_conn[s]
+            nb = msg_bytes[m]
+            if sync:
+                for w2 in range(n):
+                    pull_send(pcs[w2], nb, en, lnow, w2 * M + m, k)
+            else:
+                pull_send(pcs[w], nb, en, lnow, token, k)
+
+        push_net.deliver = on_push
+        pull_net.deliver = on_pull
 
         def start_step(w: int, k: int, now: float) -> None:
             it[w] = k
@@ -266,7 +329,7 @@ class _PsRun:
             tab[w] = get_tab(rows[k][w], scale[w])
             step_start[w] = now
             blocked[w] = 0.0
-            advance(w, now, tab[w][0])
+            advance(w, now, tab[w][0], now)
 
         for w in range(n):
             start_step(w, 0, 0.0)
@@ -282,46 +345,7 @@ class _PsRun:
             if not heap:
                 break
             now, _, kind, a, b = heappop(heap)
-            if kind == _PULL_DELIVER:
-                w, m = divmod(a, M)
-                have[w][m] = b
-                if waiting[w]:
-                    j = nxt[w]
-                    if m in need[j]:
-                        kk = it[w] - 1
-                        hv = have[w]
-                        if all(hv[x] >= kk for x in need[j]):
-                            waiting[w] = False
-                            blocked[w] += now - wait_since[w]
-                            if trace is not None and w in trace_workers and it[w] in trace_iters:
-                                self._trace_wait(w, it[w], wait_since[w], now)
-                            advance(w, now, 0.0)
-            elif kind == _PUSH_DELIVER:
-                w, m = divmod(a, M)
-                s = msg_shard[m]
-                if sync:
-                    arr = arrivals[b & 1]
-                    arr[m] += 1
-                    if arr[m] < n:
-                        continue
-                    arr[m] = 0
-                u = msg_update[m]
-                st = sfree[s]
-                if st < now:
-                    st = now
-                en = st + u
-                sfree[s] = en
-                sbusy[s] += u
-                if trace is not None and b in trace_iters:
-                    self._trace_update(s, m, b, st, u, None if sync else w)
-                pcs = pull_conn[s]
-                nb = msg_bytes[m]
-                if sync:
-                    for w2 in range(n):
-                        pull_send(pcs[w2], nb, en, now, w2 * M + m, b)
-                else:
-                    pull_send(pcs[w], nb, en, now, a, b)
-            elif kind == _PUSH_DONE:
+            if kind == _PUSH_DONE:
                 push_net.on_done(a, b, now)
             elif kind == _PULL_DONE:
                 pull_net.on_done(a, b, now)
@@ -329,8 +353,6 @@ class _PsRun:
                 push_net.on_release(a, now)
             elif kind == _PULL_RELEASE:
                 pull_net.on_release(a, now)
-            elif kind == _FWD_END:
-                advance(a, now, 0.0)
             elif kind == _STEP_END:
                 w = a
                 k = it[w]

@@ -73,6 +73,11 @@ class LinkNetwork:
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer = None  # optional callback(conn, token, tag, start_s, end_s) for timelines
+        # Optional callback(token, tag, arrival_s, now): handle a delivery when its last byte leaves
+        # instead of through a DELIVER event alpha later. Exact when the handler only schedules
+        # effects at or after arrival_s (every message has the same latency, so arrival order is
+        # done order); saves a heap event per message.
+        self.deliver = None
         self.reallocations = 0
 
     def add_connection(self, up: int, down: int) -> int:
@@ -138,7 +143,10 @@ class LinkNetwork:
         _, _, token, tag = q.popleft()
         if self.on_transfer is not None:
             self.on_transfer(conn, token, tag, self.c_start[conn], now)
-        heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
+        if self.deliver is not None:
+            self.deliver(token, tag, now + self.alpha_s, now)
+        else:
+            heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
         if q and q[0][0] <= now:
             # Backlogged: the next message continues at the same rate; nobody else's share changes.
             nbytes = q[0][1]
@@ -310,6 +318,7 @@ class StarNetwork:
         self.kind_deliver = kind_base + DELIVER
         self.dirty = False  # never: rates change inside each operation
         self.on_transfer = None
+        self.deliver = None
         self.reallocations = 0
         nl = len(self.cap)
         self._uses = [0] * nl
@@ -425,24 +434,58 @@ class StarNetwork:
             self._head_arrived(conn, now)
 
     def on_done(self, link: int, version: int, now: float) -> None:
-        if version != self.s_ver[link]:
+        # The hot path of a one-shard parameter server: written out inline (no helper calls).
+        s_ver = self.s_ver
+        if version != s_ver[link]:
             return
-        self._advance(link, now)
-        _, _, conn = heapq.heappop(self.s_heap[link])
+        rate = self.s_rate[link]
+        k = self.s_k[link]
+        dt = now - self.s_vt[link]
+        v = self.s_v[link]
+        if dt > 0.0:
+            v += rate * dt
+            self.s_v[link] = v
+            self.s_bytes[link] += k * rate * dt
+        self.s_vt[link] = now
+        lheap = self.s_heap[link]
+        conn = heapq.heappop(lheap)[2]
         q = self.c_queue[conn]
         _, nbytes, token, tag = q.popleft()
         self.c_sent[conn] += nbytes
         if self.on_transfer is not None:
             self.on_transfer(conn, token, tag, self.c_start[conn], now)
-        heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
+        gheap, gseq = self.queue.heap, self.queue.seq
+        if self.deliver is not None:
+            self.deliver(token, tag, now + self.alpha_s, now)
+        else:
+            heapq.heappush(gheap, (now + self.alpha_s, next(gseq), self.kind_deliver, token, tag))
         if q and q[0][0] <= now:
-            self._start_head(conn, now, link)  # backlogged: same count, same rate
+            # Backlogged: the next message starts at once; same count, same rate.
+            nb = q[0][1]
+            fin = v + nb
+            self.c_fin[conn] = fin
+            self.c_head_bytes[conn] = nb
+            self.c_start[conn] = now
+            heapq.heappush(lheap, (fin, next(self._seq), conn))
         else:
             self.c_active[conn] = False
-            self.s_k[link] -= 1
+            k -= 1
+            self.s_k[link] = k
             if q:
-                self._head_arrived(conn, now)
-        self._reschedule(link, now)
+                self._head_arrived(conn, now)  # schedules its release (in the future)
+        ver = s_ver[link] + 1
+        s_ver[link] = ver
+        if k == 0:
+            self.s_rate[link] = 0.0
+            return
+        share = self.cap[link] / k
+        p = self.s_p[link]
+        rate = p if p < share else share
+        self.s_rate[link] = rate
+        left = lheap[0][0] - v
+        if left < 0.0:
+            left = 0.0
+        heapq.heappush(gheap, (now + left / rate, next(gseq), self.kind_done, link, ver))
 
     def reallocate(self, now: float) -> None:
         self.dirty = False
