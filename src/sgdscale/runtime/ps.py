@@ -10,7 +10,9 @@ Worker step (both modes): forward, where each module's forward pre-hook first wa
 pulled values of that module's own parameters (so pulls overlap the forward of earlier layers);
 backward, where a post-accumulate-grad hook pushes each gradient to its shard the moment it is
 ready (isend, overlapping the rest of backward); then it posts the receives for the next pull
-and the step ends. The worker runs no optimizer: the shards update.
+and the step ends. The worker runs no optimizer: the shards update. Recorded per iteration:
+`wait_s` (pull waits inside forward + waiting for the previous pushes to leave), `compute_s`
+(forward + backward minus `wait_s`); `forward_s` includes the pull waits.
 
 Synchronous shard: per iteration, receive every worker's gradient of each of its tensors
 (visited in reverse parameter order, the order backward produces them), average them, apply
@@ -111,7 +113,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
             p.grad = None
         inputs, targets = setup.batch(iteration)
         outputs = module(inputs)
-        wait_pull(list(pulls))  # parameters used outside their module's forward (none in the zoo)
+        wait_pull(list(pulls))  # parameters this forward did not touch: drain their receives too
         loss = loss_fn(outputs, targets)
         t1 = time.perf_counter()
         loss.backward()

@@ -87,7 +87,7 @@ def validate(config: TrainConfig) -> TrainConfig:
             raise UserError(f"{config.strategy} needs at least one parameter-server shard: pass --ps 1 or more")
         if config.ps_placement not in PS_PLACEMENTS:
             raise UserError(f"unknown PS placement '{config.ps_placement}'; use one of: {', '.join(PS_PLACEMENTS)}")
-        if config.grouping not in (None,) or config.bucket_mb is not None:
+        if config.grouping is not None or config.bucket_mb is not None:
             raise UserError("--grouping/--bucket-mb apply to the allreduce strategy; a parameter server "
                             "pushes every gradient tensor as soon as it is ready")
     for name in ("batch_size", "iterations", "threads", "batch_pool"):
