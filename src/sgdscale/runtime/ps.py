@@ -15,8 +15,8 @@ and the step ends. The worker runs no optimizer: the shards update. Recorded per
 (forward + backward minus `wait_s`); `forward_s` includes the pull waits.
 
 Synchronous shard: per iteration, receive every worker's gradient of each of its tensors
-(visited in reverse parameter order, the order backward produces them), average them, apply
-SGD `p -= lr * mean(g)`, and send the new value to every worker. Workers therefore all start
+(visited in the order backward makes them ready, found by one local backward at start), average
+them, apply SGD `p -= lr * mean(g)`, and send the new value to every worker. Workers therefore all start
 iteration k+1 from the same parameters: this is synchronous SGD on the averaged gradient.
 
 Asynchronous shard: one thread per worker, no barrier; each gradient tensor is applied on
@@ -136,6 +136,22 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     return record
 
 
+def gradient_ready_order(setup: Setup) -> list[int]:
+    """Parameter indices in the order backward makes their gradients ready (one local step on a
+    2-sample batch; mostly reverse order, but e.g. a BatchNorm's bias comes before its weight)."""
+    module = setup.workload.module
+    params = list(module.parameters())
+    order: list[int] = []
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: order.append(i)) for i, p in enumerate(params)]
+    inputs, targets = setup.workload.make_batch(2)
+    setup.workload.loss_fn(module(inputs), targets).backward()
+    for handle in handles:
+        handle.remove()
+    module.zero_grad(set_to_none=True)
+    seen = set(order)
+    return order + [i for i in reversed(range(len(params))) if i not in seen]
+
+
 def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     config = ctx.config
     workers = config["workers"]
@@ -144,6 +160,8 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     shards = _placement([p for _, p in named], config)
     mine = [i for i in range(len(named)) if shards[i] == shard]
     values = {i: named[i][1].detach().clone() for i in mine}
+    own = set(mine)
+    mine = [i for i in gradient_ready_order(setup) if i in own]  # the order gradients will arrive
     total = config["warmup"] + config["iterations"]
     lr = config["lr"]
     stats = {"busy_s": 0.0, "updates": 0}
@@ -171,7 +189,7 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
 def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
                 stats: dict[str, Any], report_progress: Callable[[int], None]) -> None:
     grads = {(w, i): torch.empty_like(values[i]) for w in range(workers) for i in mine}
-    order = list(reversed(mine))  # backward produces gradients last layer first
+    order = mine  # already in gradient-ready order
     for iteration in range(total):
         recvs = {(w, i): dist.irecv(grads[w, i], src=w, tag=i) for i in order for w in range(workers)}
         replies = []
@@ -197,7 +215,7 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
     lock = threading.Lock()
     served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
     errors: list[BaseException] = []
-    order = list(reversed(mine))
+    order = mine  # already in gradient-ready order
 
     def serve(w: int) -> None:
         try:
