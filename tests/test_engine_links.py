@@ -148,3 +148,59 @@ def test_star_network_equals_max_min_network(senders, fan_in, private, shared, a
 def test_star_applies_only_to_stars():
     assert not StarNetwork.applies([1.0, 1.0, 1.0, 1.0], [(0, 2), (0, 3), (1, 2)])  # no private link
     assert not StarNetwork.applies([1.0, 2.0, 5.0], [(0, 2), (1, 2)])  # unequal private links
+
+
+from sgdscale.fine.links import HybridNetwork  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    workers=st.integers(1, 5),
+    hubs=st.integers(1, 3),
+    fan_in=st.booleans(),
+    edge=st.floats(1.0, 100.0),
+    hub=st.floats(1.0, 100.0),
+    alpha=st.floats(0.0, 0.5),
+    msgs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.floats(0.0, 60.0), st.floats(0.0, 8.0)),
+                  min_size=1, max_size=30),
+)
+def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs):
+    """Several server NICs (hubs), each worker NIC (edge) with one connection per hub: the hybrid
+    star/general network switches modes but delivers exactly what progressive filling does."""
+    caps = [edge] * workers + [hub] * hubs
+    hub_links = set(range(workers, workers + hubs))
+    pairs = [((w, workers + h) if fan_in else (workers + h, w)) for w in range(workers) for h in range(hubs)]
+    results = []
+    for cls in (LinkNetwork, HybridNetwork):
+        net = cls(EventQueue(), caps, alpha) if cls is LinkNetwork else cls(EventQueue(), caps, alpha,
+                                                                             shared=hub_links)
+        conns = [net.add_connection(*pair) for pair in pairs]
+        last = [0.0] * len(conns)
+        for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):
+            c = conns[(w % workers) * hubs + (h % hubs)]
+            last[c] = max(last[c], release)
+            net.send(c, nbytes, last[c], 0.0, token=token)
+        out = sorted((tok, t) for t, tok, _ in run_network(net))
+        results.append(out)
+    a, b = results
+    assert [tok for tok, _ in a] == [tok for tok, _ in b]
+    for (_, ta), (_, tb) in zip(a, b):
+        assert ta == pytest.approx(tb, rel=1e-9, abs=1e-9)
+
+
+def test_hybrid_network_switches_modes_and_stays_exact():
+    def go(cls):
+        caps = [10.0] * 3 + [10.0] * 2
+        net = cls(EventQueue(), caps, 0.1, shared={3, 4}) if cls is HybridNetwork else cls(EventQueue(), caps, 0.1)
+        conns = [net.add_connection(w, 3 + h) for w in range(3) for h in range(2)]
+        for i, c in enumerate(conns):
+            net.send(c, 5.0 + i, 0.0, 0.0, token=i)
+        for i, c in enumerate(conns):
+            net.send(c, 50.0, 1.0 + i, 0.0, token=10 + i)
+        return run_network(net), net
+
+    hybrid, net = go(HybridNetwork)
+    general, _ = go(LinkNetwork)
+    assert net.switches >= 2  # star -> general (a worker NIC binds) -> star again
+    assert [tok for _, tok, _ in hybrid] == [tok for _, tok, _ in general]
+    assert [t for t, _, _ in hybrid] == pytest.approx([t for t, _, _ in general], rel=1e-12)

@@ -11,7 +11,7 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.fine.allreduce import simulate_allreduce
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
-from sgdscale.fine.des import _PsRun, simulate_des
+from sgdscale.fine.des import run_ps, simulate_des
 from sgdscale.fine.engine import run_dag
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
@@ -119,8 +119,7 @@ def test_ps_sync_fast_loop_equals_explicit_dag(variability, shards, grouping):
     dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre)
     explicit = run_dag(dag, resources, network=net)
     plan = ps_plan(profile, cluster, strategy, comm)
-    fast = _PsRun(profile, cluster, comm, plan, sampler, rows, True, 0)
-    fast.run()
+    fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0)
     for w in range(cluster.workers):
         want = [explicit.finish_s[step_end[k][w]] for k in range(steps)]
         np.testing.assert_allclose(fast.ends[w], want, rtol=1e-9)
@@ -260,3 +259,22 @@ def test_measured_network_bandwidth_scales_every_nic():
     assert workers == pytest.approx([5e9 / 8, 0.5e9 / 8])
     assert server == pytest.approx(20e9 / 8)
     assert nic_capacities_Bps(cluster, CommModel.from_link(10e9, 1e-5))[0][0] == 10e9 / 8
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+@pytest.mark.parametrize("workers,shards,server_bw", [(12, 1, 1e9), (12, 2, 1e9), (12, 3, 2e9), (3, 2, 1e10),
+                                                     (6, 2, 1e8)])
+def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw):
+    """The virtual-time star shortcut (with its fallback) changes nothing but speed."""
+    profile = make_profile(layers=8, samples=4, optimizer_s=0.002)
+    cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
+    strategy = Strategy(kind=kind, grouping="per-tensor")
+    comm = comm_for(cluster)
+    plan = ps_plan(profile, cluster, strategy, comm)
+    ends = []
+    for star in (True, False):
+        sampler = ComputeSampler(profile, cluster, seed=5)
+        rows = np.array([sampler.draw_rows() for _ in range(12)]).reshape(12, workers)
+        ends.append(np.array(run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2,
+                                    star=star).ends))
+    np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)

@@ -61,7 +61,7 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.errors import UserError
 from sgdscale.fine.dag import PsPlan, nic_capacities_Bps, ps_plan
-from sgdscale.fine.links import EventQueue, LinkNetwork, StarNetwork
+from sgdscale.fine.links import EventQueue, HybridNetwork, LinkNetwork, NotAStar, StarNetwork
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome, TraceEvent
@@ -91,9 +91,7 @@ def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: C
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
     rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
-    sim = _PsRun(profile, cluster, comm, plan, sampler, rows, strategy.kind == "ps-sync", warmup,
-                 trace=timeline)
-    sim.run()
+    sim = run_ps(profile, cluster, comm, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
     reference = _reference_blocked(profile, cluster, strategy, comm, plan)
     return sim.outcome(reference, strategy)
 
@@ -101,6 +99,22 @@ def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: C
 # ---------------------------------------------------------------------------------------------
 # Parameter servers
 # ---------------------------------------------------------------------------------------------
+
+
+def run_ps(profile: Profile, cluster: Cluster, comm: CommModel, plan: PsPlan, sampler: ComputeSampler,
+           rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> _PsRun:
+    """Run a parameter-server simulation: with the star shortcut for the NICs where it holds,
+    again with the general max-min network the moment it does not (a worker NIC binds)."""
+    if star:
+        try:
+            sim = _PsRun(profile, cluster, comm, plan, sampler, rows, sync, warmup, trace=trace)
+            sim.run()
+            return sim
+        except NotAStar:
+            pass
+    sim = _PsRun(profile, cluster, comm, plan, sampler, rows, sync, warmup, trace=trace, star=False)
+    sim.run()
+    return sim
 
 
 class _Tables:
@@ -147,15 +161,19 @@ class _PsRun:
         pull_caps = [server_Bps] * shards + worker_Bps
         pull_pairs = [(s, shards + w) for s in range(shards) for w in range(n)]
 
-        def network(caps, pairs, base):
-            cls = StarNetwork if star and StarNetwork.applies(caps, pairs) else LinkNetwork
-            net = cls(self.q, caps, alpha, kind_base=base)
+        def network(caps, pairs, base, hubs):
+            if star and StarNetwork.applies(caps, pairs):  # one shard: worker NICs are private
+                net = StarNetwork(self.q, caps, alpha, kind_base=base, shared=hubs)
+            elif star and StarNetwork.applies(caps, pairs, hubs):  # several shards
+                net = HybridNetwork(self.q, caps, alpha, kind_base=base, shared=hubs)
+            else:
+                net = LinkNetwork(self.q, caps, alpha, kind_base=base)
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, _PUSH_DONE)
+        self.push_net, conns = network(push_caps, push_pairs, _PUSH_DONE, set(range(n, n + shards)))
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
-        self.pull_net, conns = network(pull_caps, pull_pairs, _PULL_DONE)
+        self.pull_net, conns = network(pull_caps, pull_pairs, _PULL_DONE, set(range(shards)))
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.trace: list[TraceEvent] | None = [] if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -548,8 +566,7 @@ def _reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, c
             sampler = ComputeSampler(profile, solo, seed=0, variability=False)
             steps = 4
             rows = np.zeros((steps, 1), dtype=np.intp)
-            run = _PsRun(profile, solo, factor_comm, plan, sampler, rows, strategy.kind == "ps-sync", 1)
-            run.run()
+            run = run_ps(profile, solo, factor_comm, plan, sampler, rows, strategy.kind == "ps-sync", 1)
             memo[key] = float(np.mean(run.step_blocked[0])) if run.step_blocked[0] else 0.0
         out.append(memo[key])
     return out

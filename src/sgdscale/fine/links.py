@@ -70,6 +70,7 @@ class LinkNetwork:
         self.c_ver: list[int] = []
         self.c_pending: list[bool] = []  # a RELEASE event is scheduled
         self.c_start: list[float] = []  # when the head message started to move (for timelines)
+        self.c_sent: list[float] = []  # bytes of messages fully sent
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer = None  # optional callback(conn, token, tag, start_s, end_s) for timelines
@@ -90,6 +91,7 @@ class LinkNetwork:
         self.c_ver.append(0)
         self.c_pending.append(False)
         self.c_start.append(0.0)
+        self.c_sent.append(0.0)
         return len(self.c_up) - 1
 
     # --- messages -------------------------------------------------------------------------------
@@ -140,7 +142,8 @@ class LinkNetwork:
         if version != self.c_ver[conn]:
             return
         q = self.c_queue[conn]
-        _, _, token, tag = q.popleft()
+        _, sent, token, tag = q.popleft()
+        self.c_sent[conn] += sent
         if self.on_transfer is not None:
             self.on_transfer(conn, token, tag, self.c_start[conn], now)
         if self.deliver is not None:
@@ -272,43 +275,58 @@ def run_network(net: LinkNetwork) -> list[tuple[float, int, int]]:
     return out
 
 
-class StarNetwork:
-    """The same model as `LinkNetwork` when every connection has a *private* link (used by no other
-    connection) and a *shared* link whose connections all have private links of equal capacity p.
+class NotAStar(Exception):
+    """Raised by StarNetwork when its shortcut stops being the max-min allocation."""
 
-    Max-min then gives every active connection on a shared link of capacity C the same rate
-    min(p, C/k), so the link is a processor-sharing queue: a virtual clock V (bytes served per
-    connection) advances at that rate, each moving message finishes when V reaches its virtual
-    finish tag, and only the earliest tag needs an event. A change costs O(log k) instead of
-    rescheduling all k connections. A parameter server with one shard and identical workers is
-    exactly this (worker NICs private, the server NIC shared). Same interface as `LinkNetwork`;
+
+class StarNetwork:
+    """The same model as `LinkNetwork`, faster, when each connection crosses one *shared* link
+    (a server NIC) and one *edge* link (a worker NIC) and the edge links are not what binds.
+
+    If every connection on a shared link of capacity C (k of them active, edge links of capacity
+    p) gets min(p, C/k), and no edge link is over its capacity, that allocation is max-min fair
+    (every connection is bottlenecked on a saturated link where nobody gets more). Each shared link
+    is then a processor-sharing queue: a virtual clock V (bytes served per connection) advances at
+    that rate, a moving message finishes when V reaches its virtual finish tag, and only the
+    earliest tag needs an event: a change costs O(log k) instead of rescheduling all k
+    connections. With one server shard and identical workers edge links are private and the
+    shortcut always holds; with several shards a worker's NIC carries one connection per shard,
+    so every rate increase is checked, and `NotAStar` is raised the moment an edge link would be
+    over capacity (the caller then reruns with `LinkNetwork`). Same interface as `LinkNetwork`;
     the DONE event carries (shared link, version).
     """
 
     @staticmethod
-    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]]) -> bool:
-        """True when `pairs` (up, down) of all connections fit the star model above."""
+    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]], shared: set[int] | None = None) -> bool:
+        """True when every connection has one shared link (given, or else the link of the two that
+        other connections also use, the other being private) and, per shared link, all its
+        connections' edge links have the same capacity."""
         uses: dict[int, int] = {}
         for up, down in pairs:
             uses[up] = uses.get(up, 0) + 1
             uses[down] = uses.get(down, 0) + 1
-        private_cap: dict[int, float] = {}
+        edge_cap: dict[int, float] = {}
         for up, down in pairs:
-            if uses[up] == 1:
-                private, shared = up, down
+            if shared is not None:
+                if (up in shared) == (down in shared):
+                    return False
+                hub, edge = (up, down) if up in shared else (down, up)
+            elif uses[up] == 1:
+                edge, hub = up, down
             elif uses[down] == 1:
-                private, shared = down, up
+                edge, hub = down, up
             else:
                 return False
-            cap = capacities_Bps[private]
-            if private_cap.setdefault(shared, cap) != cap:
+            cap = capacities_Bps[edge]
+            if edge_cap.setdefault(hub, cap) != cap:
                 return False
         return True
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float, kind_base: int = 0,
-                 names: list[str] | None = None) -> None:
+                 names: list[str] | None = None, shared: set[int] | None = None) -> None:
         if any(not c > 0 for c in capacities_Bps):
             raise ValueError("link capacities must be positive")
+        self.shared = shared
         self.queue = queue
         self.cap = [float(c) for c in capacities_Bps]
         self.names = names or [f"link {i}" for i in range(len(capacities_Bps))]
@@ -365,14 +383,37 @@ class StarNetwork:
         return c
 
     def _finalize(self) -> None:
-        """Decide private/shared links once all connections exist (first message sent)."""
-        if not StarNetwork.applies(self.cap, self._pairs):
+        """Decide edge/shared links once all connections exist (first message sent)."""
+        if not StarNetwork.applies(self.cap, self._pairs, self.shared):
             raise ValueError("these connections do not form a star (use LinkNetwork)")
+        edge_uses: dict[int, int] = {}
         for c, (up, down) in enumerate(self._pairs):
-            private, shared = (up, down) if self._uses[up] == 1 else (down, up)
+            if self.shared is not None:
+                private, shared = (down, up) if up in self.shared else (up, down)
+            else:
+                private, shared = (up, down) if self._uses[up] == 1 else (down, up)
             self.c_private[c], self.c_shared[c] = private, shared
             self.s_p[shared] = self.cap[private]
+            edge_uses[private] = edge_uses.get(private, 0) + 1
+        # Edge links carrying several connections need the capacity check on every rate rise.
+        self.check = any(n > 1 for n in edge_uses.values())
+        self.hubs = sorted({self.c_shared[c] for c in range(len(self.c_up))})
+        self.edge_min_cap = min(self.cap[self.c_private[c]] for c in range(len(self.c_up)))
+        self.edge_active: list[list[int]] = [[] for _ in self.cap]
         self._pairs = []
+
+    def _check(self, link: int, conn: int = -1) -> None:
+        """Raise NotAStar if some edge link would carry more than its capacity."""
+        rate = self.s_rate
+        if sum(rate[h] for h in self.hubs if self.s_k[h]) <= self.edge_min_cap * (1 + 1e-12):
+            return
+        edges = [self.c_private[conn]] if conn >= 0 else [self.c_private[e[2]] for e in self.s_heap[link]]
+        for x in edges:
+            total = 0.0
+            for c in self.edge_active[x]:
+                total += rate[self.c_shared[c]]
+            if total > self.cap[x] * (1 + 1e-9):
+                raise NotAStar(f"edge link {x} would carry {total:.6g} B/s > {self.cap[x]:.6g} B/s")
 
     def _advance(self, link: int, now: float) -> None:
         dt = now - self.s_vt[link]
@@ -424,6 +465,9 @@ class StarNetwork:
             self.c_active[conn] = True
             self.s_k[link] += 1
             self._reschedule(link, now)
+            if self.check:
+                self.edge_active[self.c_private[conn]].append(conn)
+                self._check(link, conn)
         elif not self.c_pending[conn]:
             self.c_pending[conn] = True
             heapq.heappush(self.queue.heap, (release_s, next(self.queue.seq), self.kind_release, conn, 0))
@@ -438,7 +482,7 @@ class StarNetwork:
         s_ver = self.s_ver
         if version != s_ver[link]:
             return
-        rate = self.s_rate[link]
+        rate = old_rate = self.s_rate[link]
         k = self.s_k[link]
         dt = now - self.s_vt[link]
         v = self.s_v[link]
@@ -471,6 +515,8 @@ class StarNetwork:
             self.c_active[conn] = False
             k -= 1
             self.s_k[link] = k
+            if self.check:
+                self.edge_active[self.c_private[conn]].remove(conn)
             if q:
                 self._head_arrived(conn, now)  # schedules its release (in the future)
         ver = s_ver[link] + 1
@@ -486,6 +532,8 @@ class StarNetwork:
         if left < 0.0:
             left = 0.0
         heapq.heappush(gheap, (now + left / rate, next(gseq), self.kind_done, link, ver))
+        if self.check and rate > old_rate:
+            self._check(link)
 
     def reallocate(self, now: float) -> None:
         self.dirty = False
@@ -506,4 +554,261 @@ class StarNetwork:
                     shared = self.c_shared[c]
                     v = self.s_v[shared] + self.s_rate[shared] * max(0.0, now - self.s_vt[shared])
                     total += max(0.0, v - (self.c_fin[c] - self.c_head_bytes[c]))
+        return total
+
+
+class HybridNetwork(LinkNetwork):
+    """`LinkNetwork` that switches to the `StarNetwork` shortcut whenever it holds.
+
+    Connections each cross one hub link (a server NIC, given in `shared`) and one edge link (a
+    worker NIC, possibly carrying one connection per server shard). While every active connection's
+    max-min rate is min(p, C/k) of its hub, the network runs in *star mode* (virtual clock per hub,
+    one event per hub); when a change would put an edge link over capacity it converts the state
+    (bytes left per connection) to the general progressive-filling mode, and after each general
+    reallocation it converts back if the rates are the star rates again. Hub events are encoded
+    with a = -1 - hub, so `on_done` tells them from per-connection events. Exactly the same answer
+    as `LinkNetwork`, far fewer rate recomputations when server NICs are saturated.
+    """
+
+    def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float, kind_base: int = 0,
+                 names: list[str] | None = None, shared: set[int] | None = None) -> None:
+        super().__init__(queue, capacities_Bps, alpha_s, kind_base, names)
+        self.hub_set = set(shared or ())
+        nl = len(self.cap)
+        self.s_k = [0] * nl
+        self.s_rate = [0.0] * nl
+        self.s_v = [0.0] * nl
+        self.s_vt = [0.0] * nl
+        self.s_heap: list[list] = [[] for _ in range(nl)]
+        self.s_ver = [0] * nl
+        self.s_p = [0.0] * nl
+        self.c_hub: list[int] = []
+        self.c_edge: list[int] = []
+        self.c_fin: list[float] = []
+        self.c_head_bytes: list[float] = []
+        self.edge_active: list[list[int]] = [[] for _ in range(nl)]
+        self.star = False
+        self.star_possible = False
+        self._ready = False
+        self._seq2 = itertools.count()
+        self.switches = 0
+
+    def add_connection(self, up: int, down: int) -> int:
+        c = super().add_connection(up, down)
+        hub, edge = (up, down) if up in self.hub_set else (down, up)
+        self.c_hub.append(hub)
+        self.c_edge.append(edge)
+        self.c_fin.append(0.0)
+        self.c_head_bytes.append(0.0)
+        return c
+
+    def _finalize(self) -> None:
+        self._ready = True
+        pairs = list(zip(self.c_up, self.c_down))
+        self.star_possible = bool(pairs) and StarNetwork.applies(self.cap, pairs, self.hub_set)
+        if self.star_possible:
+            for c in range(len(pairs)):
+                self.s_p[self.c_hub[c]] = self.cap[self.c_edge[c]]
+            self.hubs = sorted(set(self.c_hub))
+            self.edge_min_cap = min(self.cap[e] for e in self.c_edge)
+            self.star = True
+        self.link_conns: list[list[int]] = [[] for _ in self.cap]
+        for c in range(len(pairs)):
+            self.link_conns[self.c_up[c]].append(c)
+            self.link_conns[self.c_down[c]].append(c)
+
+    # --- star mode ----------------------------------------------------------------------------
+    def _advance(self, hub: int, now: float) -> None:
+        dt = now - self.s_vt[hub]
+        if dt > 0.0:
+            self.s_v[hub] += self.s_rate[hub] * dt
+        self.s_vt[hub] = now
+
+    def _reschedule(self, hub: int, now: float) -> None:
+        k = self.s_k[hub]
+        ver = self.s_ver[hub] + 1
+        self.s_ver[hub] = ver
+        if k == 0:
+            self.s_rate[hub] = 0.0
+            return
+        share = self.cap[hub] / k
+        p = self.s_p[hub]
+        rate = p if p < share else share
+        self.s_rate[hub] = rate
+        left = self.s_heap[hub][0][0] - self.s_v[hub]
+        if left < 0.0:
+            left = 0.0
+        heapq.heappush(self.queue.heap, (now + left / rate, next(self.queue.seq), self.kind_done, -1 - hub, ver))
+
+    def _feasible(self, edges) -> bool:
+        rate = self.s_rate
+        if sum(rate[h] for h in self.hubs if self.s_k[h]) <= self.edge_min_cap * (1 + 1e-12):
+            return True
+        for x in edges:
+            total = 0.0
+            for c in self.edge_active[x]:
+                total += rate[self.c_hub[c]]
+            if total > self.cap[x] * (1 + 1e-9):
+                return False
+        return True
+
+    def _to_general(self, now: float) -> None:
+        self.star = False
+        self.switches += 1
+        l_n = self.l_n
+        for i in range(len(l_n)):
+            l_n[i] = 0
+            self.l_rate[i] = 0.0
+            self.l_last[i] = now
+        for h in self.hubs:
+            if self.s_k[h]:
+                self._advance(h, now)
+                v = self.s_v[h]
+                for fin, _, c in self.s_heap[h]:
+                    self.c_rem[c] = max(fin - v, 0.0)
+                    self.c_t[c] = now
+                    self.c_rate[c] = 0.0
+                    self.c_ver[c] += 1
+                self.s_heap[h] = []
+                self.s_k[h] = 0
+            self.s_ver[h] += 1
+            self.s_rate[h] = 0.0
+        for c in self.active:
+            l_n[self.c_up[c]] += 1
+            l_n[self.c_down[c]] += 1
+        for lst in self.edge_active:
+            lst.clear()
+        self.dirty = True
+
+    def _to_star(self, now: float) -> None:
+        self.star = True
+        self.switches += 1
+        for h in self.hubs:
+            self.s_v[h] = 0.0
+            self.s_vt[h] = now
+            self.s_k[h] = 0
+            self.s_heap[h] = []
+        for c in self.active:
+            h = self.c_hub[c]
+            rem = self.c_rem[c] - self.c_rate[c] * (now - self.c_t[c])
+            rem = rem if rem > 0.0 else 0.0
+            self.c_fin[c] = rem
+            self.c_ver[c] += 1  # drop its pending per-connection event
+            self.c_rate[c] = 0.0
+            heapq.heappush(self.s_heap[h], (rem, next(self._seq2), c))
+            self.s_k[h] += 1
+            self.edge_active[self.c_edge[c]].append(c)
+        for h in self.hubs:
+            if self.s_k[h]:
+                self._reschedule(h, now)
+
+    # --- interface ----------------------------------------------------------------------------
+    def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
+        if not self._ready:
+            self._finalize()
+        q = self.c_queue[conn]
+        q.append((release_s, nbytes, token, tag))
+        if len(q) == 1:
+            self._head_arrived(conn, now)
+
+    def _head_arrived(self, conn: int, now: float) -> None:
+        release_s, nbytes, _, _ = self.c_queue[conn][0]
+        self.c_head_bytes[conn] = nbytes
+        if release_s > now or not self.star:
+            super()._head_arrived(conn, now)
+            return
+        h = self.c_hub[conn]
+        self._advance(h, now)
+        fin = self.s_v[h] + nbytes
+        self.c_fin[conn] = fin
+        self.c_start[conn] = now
+        heapq.heappush(self.s_heap[h], (fin, next(self._seq2), conn))
+        self.active[conn] = None
+        self.s_k[h] += 1
+        self._reschedule(h, now)
+        edge = self.c_edge[conn]
+        self.edge_active[edge].append(conn)
+        if not self._feasible((edge,)):
+            self._to_general(now)
+
+    def on_done(self, a: int, version: int, now: float) -> None:
+        if a >= 0:
+            if not self.star:
+                LinkNetwork.on_done(self, a, version, now)
+                if not self.star and self.c_queue[a] and a in self.active:
+                    self.c_head_bytes[a] = self.c_queue[a][0][1]
+            return
+        hub = -1 - a
+        if not self.star or version != self.s_ver[hub]:
+            return
+        old_rate = self.s_rate[hub]
+        self._advance(hub, now)
+        v = self.s_v[hub]
+        lheap = self.s_heap[hub]
+        conn = heapq.heappop(lheap)[2]
+        q = self.c_queue[conn]
+        _, nbytes, token, tag = q.popleft()
+        self.c_sent[conn] += nbytes
+        if self.on_transfer is not None:
+            self.on_transfer(conn, token, tag, self.c_start[conn], now)
+        if self.deliver is not None:
+            self.deliver(token, tag, now + self.alpha_s, now)
+        else:
+            heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
+        if not self.star:  # the delivery handler cannot touch this network, but be safe
+            return
+        if q and q[0][0] <= now:
+            nb = q[0][1]
+            self.c_head_bytes[conn] = nb
+            self.c_fin[conn] = v + nb
+            self.c_start[conn] = now
+            heapq.heappush(lheap, (v + nb, next(self._seq2), conn))
+            self._reschedule(hub, now)
+            return
+        del self.active[conn]
+        self.s_k[hub] -= 1
+        self.edge_active[self.c_edge[conn]].remove(conn)
+        self._reschedule(hub, now)
+        if q:
+            self._head_arrived(conn, now)
+        if self.star and self.s_rate[hub] > old_rate and not self._feasible(
+                [self.c_edge[e[2]] for e in self.s_heap[hub]]):
+            self._to_general(now)
+
+    def reallocate(self, now: float) -> None:
+        if self.star:
+            self.dirty = False
+            return
+        super().reallocate(now)
+        if not self.star_possible or not self.active:
+            if self.star_possible and not self.active:
+                self._to_star(now)
+            return
+        k: dict[int, int] = {}
+        for c in self.active:
+            h = self.c_hub[c]
+            k[h] = k.get(h, 0) + 1
+        for c in self.active:
+            h = self.c_hub[c]
+            share = self.cap[h] / k[h]
+            p = self.s_p[h]
+            want = p if p < share else share
+            if abs(self.c_rate[c] - want) > 1e-12 * want:
+                return
+        self._to_star(now)
+
+    def bytes_carried(self, link: int, now: float) -> float:
+        if not self._ready:
+            self._finalize()
+        total = 0.0
+        for c in self.link_conns[link]:
+            total += self.c_sent[c]
+            if c in self.active:
+                if self.star:
+                    h = self.c_hub[c]
+                    v = self.s_v[h] + self.s_rate[h] * max(0.0, now - self.s_vt[h])
+                    total += max(0.0, v - (self.c_fin[c] - self.c_head_bytes[c]))
+                else:
+                    rem = self.c_rem[c] - self.c_rate[c] * max(0.0, now - self.c_t[c])
+                    total += max(0.0, self.c_head_bytes[c] - rem)
         return total
