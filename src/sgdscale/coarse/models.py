@@ -67,12 +67,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     # The ring (and tree) move every byte over the slowest NIC in lock step: the same slowest-link
     # cost model as the fine predictor.
     comm = slowest_link_comm(comm, cluster)
-    linear = comm.allreduce_linear(n)
     groups = gradient_groups(profile, strategy, comm, n)
-    if linear is None:
-        comm_s = [0.0 for _ in groups]
-    else:
-        comm_s = [linear.time_s(g.nbytes) for g in groups]
+    comm_s = [float(t) for t in comm.allreduce_times_s([g.nbytes for g in groups], n)]
     total_comm = float(sum(comm_s))
     if heuristics:
         exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max)

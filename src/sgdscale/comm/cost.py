@@ -8,8 +8,11 @@ as tabulated in reference/shi2018_dag_model.md §2.4.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from sgdscale.comm.network import AlphaBeta, Network
 
@@ -21,13 +24,18 @@ class CommModel:
     """Costs on one NIC link: `p2p` is one message between two nodes.
 
     `measured_allreduce` holds whole-collective fits per worker count from `sgdscale netbench`;
-    where one exists it replaces the formula, because real libraries (gloo) pick their own algorithm.
+    where one exists it replaces the formula, because real libraries (gloo) pick their own algorithm
+    per message size. `measured_curves` keeps the measured medians themselves, (sizes, times) per
+    worker count: inside the measured range a collective's time is interpolated between them
+    (a line through 1 kB..16 MB misses gloo's size-dependent algorithms by up to 60%), beyond it
+    the fitted slope extends the last point.
     """
 
     p2p: AlphaBeta
     algorithm: str = "ring"
     gamma_s_per_byte: float = 0.0
     measured_allreduce: dict[int, AlphaBeta] = field(default_factory=dict)
+    measured_curves: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -37,7 +45,26 @@ class CommModel:
     @classmethod
     def from_network(cls, network: Network, algorithm: str = "ring", gamma_s_per_byte: float = 0.0) -> CommModel:
         measured = {int(n): fit for n, fit in network.allreduce.items()}
-        return cls(network.p2p, algorithm, gamma_s_per_byte, measured)
+        curves: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
+        for workers in measured:
+            points = sorted((p.bytes, p.median_s) for p in network.points
+                            if p.op == "allreduce" and p.workers == workers)
+            if len(points) >= 2:
+                curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
+        return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves)
+
+    def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
+        """The same network with every per-byte cost `slowdown` times higher (a slower link)."""
+        def scale(fit: AlphaBeta) -> AlphaBeta:
+            return AlphaBeta(alpha_s=fit.alpha_s, beta_s_per_byte=fit.beta_s_per_byte * slowdown)
+
+        curves = {}
+        for n, (sizes, times) in self.measured_curves.items():
+            floor = times[0]  # the smallest message's time is startup, not bandwidth
+            curves[n] = (sizes, tuple(floor + (t - floor) * slowdown for t in times))
+        return dataclasses.replace(self, p2p=scale(self.p2p),
+                                   measured_allreduce={n: scale(f) for n, f in self.measured_allreduce.items()},
+                                   measured_curves=curves)
 
     def allreduce_linear(self, workers: int) -> AlphaBeta | None:
         """(A, B) with t = A + B*M for an all-reduce over `workers`; None when workers == 1 (free)."""
@@ -56,9 +83,22 @@ class CommModel:
             return AlphaBeta(alpha_s=2 * steps * a, beta_s_per_byte=2 * (n - 1) / n * b + (n - 1) / n * g)
         raise ValueError(f"unknown all-reduce algorithm {self.algorithm!r}")
 
-    def allreduce_s(self, nbytes: float, workers: int) -> float:
+    def allreduce_times_s(self, sizes_bytes: np.ndarray | list[float], workers: int) -> np.ndarray:
+        """All-reduce time of each message size over `workers` (zeros for one worker)."""
+        sizes = np.asarray(sizes_bytes, dtype=float)
         linear = self.allreduce_linear(workers)
-        return 0.0 if linear is None else linear.time_s(nbytes)
+        if linear is None:
+            return np.zeros_like(sizes)
+        curve = self.measured_curves.get(workers)
+        if curve is None:
+            return linear.alpha_s + linear.beta_s_per_byte * sizes
+        known_sizes, known_times = np.asarray(curve[0]), np.asarray(curve[1])
+        inside = np.interp(sizes, known_sizes, known_times)
+        beyond = known_times[-1] + linear.beta_s_per_byte * (sizes - known_sizes[-1])
+        return np.where(sizes > known_sizes[-1], beyond, inside)
+
+    def allreduce_s(self, nbytes: float, workers: int) -> float:
+        return float(self.allreduce_times_s([nbytes], workers)[0])
 
     def p2p_s(self, nbytes: float) -> float:
         return self.p2p.time_s(nbytes)

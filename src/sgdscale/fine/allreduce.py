@@ -38,13 +38,11 @@ workers sit at a barrier because another worker is slower.
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.network import AlphaBeta
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, group_gradients
 from sgdscale.profile import Profile
@@ -62,26 +60,15 @@ def slowest_link_comm(comm: CommModel, cluster: Cluster) -> CommModel:
     if not cluster.slow_links:
         return comm
     slowest_bps = min(bps for _, bps in cluster.slow_links)
-    old_beta = comm.p2p.beta_s_per_byte
-    new_beta = max(old_beta, 8.0 / slowest_bps)
-    if new_beta <= old_beta:
+    new_beta = max(comm.p2p.beta_s_per_byte, 8.0 / slowest_bps)
+    if new_beta <= comm.p2p.beta_s_per_byte:
         return comm
-    ratio = new_beta / old_beta
-    measured = {
-        n: AlphaBeta(alpha_s=fit.alpha_s, beta_s_per_byte=fit.beta_s_per_byte * ratio)
-        for n, fit in comm.measured_allreduce.items()
-    }
-    p2p = AlphaBeta(alpha_s=comm.p2p.alpha_s, beta_s_per_byte=new_beta)
-    return dataclasses.replace(comm, p2p=p2p, measured_allreduce=measured)
+    return comm.with_bandwidth_scaled(new_beta / comm.p2p.beta_s_per_byte)
 
 
 def collective_times_s(groups: list[GradGroup], comm: CommModel, workers: int) -> np.ndarray:
     """All-reduce time of each group (0 for one worker: nothing to exchange)."""
-    linear = comm.allreduce_linear(workers)
-    sizes = np.array([g.bytes for g in groups], dtype=float)
-    if linear is None:
-        return np.zeros_like(sizes)
-    return linear.alpha_s + linear.beta_s_per_byte * sizes
+    return comm.allreduce_times_s([g.bytes for g in groups], workers)
 
 
 def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
