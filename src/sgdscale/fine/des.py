@@ -28,10 +28,14 @@ Strategies:
   that `sgdscale.fine.allreduce` evaluates in closed form: the two must agree (a test checks it).
 
 Speed (why the loop looks like this): workers are state machines, not one object per operation.
-Forward layers whose parameters are already back run as one event; the whole backward is one
-event, its pushes queued ahead of time with their release times; shards compute their FIFO
-completion times on arrival, so a message costs about two heap events (push delivery, pull
-delivery) and link rates are recomputed only when a connection starts or stops moving.
+Forward layers whose parameters are back (or in flight with a known arrival) run in one go; the
+whole backward is one event, its pushes queued ahead of time with their release times; a message
+is handled when its last byte leaves (arrival = that + alpha, the same for all, so order is kept)
+and shards compute their FIFO completion times on arrival, so a message costs about one heap
+event. Link rates are recomputed only when a connection starts or stops moving, and while the
+server NICs are what binds, `StarNetwork` / `HybridNetwork` serve each server NIC as one
+processor-sharing queue with a virtual clock (O(log k) per change instead of O(k)); they give
+the same answer as the general max-min network (tests check it).
 
 Measurement: `warmup` steps per worker are simulated and discarded, then `iterations` steps are
 reported. For the parameter servers `Outcome.iteration_s` holds every worker's steps (one worker
@@ -74,7 +78,7 @@ TIMELINE_MAX_EVENTS = 20000
 # Event kinds. Links use base 0 (push network) and 3 (pull network): DONE, RELEASE, DELIVER.
 _PUSH_DONE, _PUSH_RELEASE, _PUSH_DELIVER = 0, 1, 2
 _PULL_DONE, _PULL_RELEASE, _PULL_DELIVER = 3, 4, 5
-_FWD_END, _STEP_END = 10, 11
+_STEP_END = 11
 _BWD_START, _GROUP_READY, _COLL_END = 20, 21, 22
 
 

@@ -739,11 +739,17 @@ class HybridNetwork(LinkNetwork):
                     self.c_head_bytes[a] = self.c_queue[a][0][1]
             return
         hub = -1 - a
-        if not self.star or version != self.s_ver[hub]:
+        s_ver = self.s_ver
+        if not self.star or version != s_ver[hub]:
             return
+        # Hot path (saturated server NICs): written out inline.
         old_rate = self.s_rate[hub]
-        self._advance(hub, now)
+        dt = now - self.s_vt[hub]
         v = self.s_v[hub]
+        if dt > 0.0:
+            v += old_rate * dt
+            self.s_v[hub] = v
+        self.s_vt[hub] = now
         lheap = self.s_heap[hub]
         conn = heapq.heappop(lheap)[2]
         q = self.c_queue[conn]
@@ -751,22 +757,29 @@ class HybridNetwork(LinkNetwork):
         self.c_sent[conn] += nbytes
         if self.on_transfer is not None:
             self.on_transfer(conn, token, tag, self.c_start[conn], now)
+        gheap, gseq = self.queue.heap, self.queue.seq
         if self.deliver is not None:
             self.deliver(token, tag, now + self.alpha_s, now)
         else:
-            heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
+            heapq.heappush(gheap, (now + self.alpha_s, next(gseq), self.kind_deliver, token, tag))
         if not self.star:  # the delivery handler cannot touch this network, but be safe
             return
+        k = self.s_k[hub]
         if q and q[0][0] <= now:
             nb = q[0][1]
             self.c_head_bytes[conn] = nb
             self.c_fin[conn] = v + nb
             self.c_start[conn] = now
             heapq.heappush(lheap, (v + nb, next(self._seq2), conn))
-            self._reschedule(hub, now)
+            ver = s_ver[hub] + 1
+            s_ver[hub] = ver
+            left = lheap[0][0] - v
+            if left < 0.0:
+                left = 0.0
+            heapq.heappush(gheap, (now + left / old_rate, next(gseq), self.kind_done, a, ver))
             return
         del self.active[conn]
-        self.s_k[hub] -= 1
+        self.s_k[hub] = k - 1
         self.edge_active[self.c_edge[conn]].remove(conn)
         self._reschedule(hub, now)
         if q:
