@@ -91,7 +91,7 @@ class Grid:
     cpu_per_node_cores: float = 0.2
     iterations: int = 15
     warmup: int = 3
-    profile_iterations: int = 10
+    profile_iterations: int = 20
     cases_filter: Callable[[Case], bool] | None = field(default=None, repr=False)
 
     def cases(self) -> list[Case]:
@@ -176,7 +176,7 @@ class Validator:
             return path
         counts = sorted({max(2, n) for n in self.grid.workers})
         self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes")
-        config = bench_config(message_sizes(1e3, 16e6, 7), repeats=3, warmup=1, ops=["p2p", "allreduce"])
+        config = bench_config(message_sizes(1e3, 16e6, 9), repeats=5, warmup=1, ops=["p2p", "allreduce"])
         with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores) as testbed:
             network = run_netbench(counts, config, placement=testbed, bandwidth_hint_bps=bandwidth_bps,
                                    source=f"emulated cluster, tbf {format_bandwidth(bandwidth_bps)}, "
@@ -194,8 +194,8 @@ class Validator:
         from sgdscale.profile import load_profile
         from sgdscale.strategy import Strategy
 
-        profile = load_profile(self.profile_path(case.spec))
-        network = load_network(self.network_path(case.bandwidth_bps))
+        profile = load_profile(self.ensure_profile(case.spec))
+        network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         strategy = Strategy(kind=case.strategy)
@@ -216,28 +216,41 @@ class Validator:
         with Testbed(case.nodes, case.bandwidth_bps, self.grid.cpu_per_node_cores) as testbed:
             return run_training(config, placement=testbed, timeout_s=1800)
 
+    def measurement_path(self, case: Case) -> Path:
+        return self.out_dir / "measurements" / f"{case.key}.json"
+
     def run_case(self, case: Case) -> dict[str, Any]:
-        self.ensure_profile(case.spec)
+        from sgdscale.runtime.measurement import save_measurement
+
+        self.ensure_profile(case.spec)  # before the run, so a failing profile costs no run
         self.ensure_network(case.bandwidth_bps)
         started = time.time()
         measurement = self.measure_case(case)
-        predicted = self.predict_case(case)
-        measured = measurement.throughput
-        return {
+        save_measurement(measurement, self.measurement_path(case))
+        row = {
             "key": case.key,
             "model": case.spec.label,
             "workers": case.workers,
             "bandwidth_bps": case.bandwidth_bps,
             "strategy": case.strategy,
             "ps_count": case.ps_count,
-            "measured_throughput": measured,
+            "measured_throughput": measurement.throughput,
             "measured_iteration_s": measurement.iteration_s.model_dump(),
+            "run_wall_s": time.time() - started,
+        }
+        return self.with_prediction(case, row)
+
+    def with_prediction(self, case: Case, row: dict[str, Any]) -> dict[str, Any]:
+        """`row` with the predicted fields (re)computed from the cached profile and network."""
+        predicted = self.predict_case(case)
+        measured = row["measured_throughput"]
+        return {
+            **row,
             "predicted_throughput": {m: r.throughput for m, r in predicted.items()},
             "predicted_iteration_s": {m: r.iteration_s for m, r in predicted.items()},
             "predicted_breakdown": {m: asdict(r.breakdown) for m, r in predicted.items()},
             "bottleneck": {m: r.bottleneck for m, r in predicted.items()},
             "error": {m: relative_error(r.throughput, measured) for m, r in predicted.items()},
-            "run_wall_s": time.time() - started,
         }
 
     # ---------------------------------------------------------------- the grid
@@ -251,13 +264,19 @@ class Validator:
         })
 
     def run(self, on_case: Callable[[Case, int, int], None] | None = None,
-            on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-        done = {row["key"] for row in self.rows}
+            on_row: Callable[[dict[str, Any]], None] | None = None, repredict: bool = False,
+            ) -> list[dict[str, Any]]:
+        """Run the cases not yet in results.json; with `repredict`, also recompute the predictions
+        of the finished ones (after a change to the predictors) without rerunning them."""
+        done = {row["key"]: index for index, row in enumerate(self.rows)}
         cases = self.grid.cases()
         for index, case in enumerate(cases):
             if on_case is not None:
                 on_case(case, index, len(cases))
             if case.key in done:
+                if repredict:
+                    self.rows[done[case.key]] = self.with_prediction(case, self.rows[done[case.key]])
+                    self.save()
                 continue
             row = self.run_case(case)
             self.rows.append(row)

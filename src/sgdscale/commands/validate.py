@@ -73,11 +73,14 @@ def summary_table(summary: list[dict]) -> Table:
               help="CPU cores per emulated node (all nodes together must fit this machine's cores).")
 @click.option("--iterations", type=int, default=15, show_default=True, help="Measured iterations per real run.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations per real run.")
+@click.option("--repredict", is_flag=True,
+              help="Recompute the predictions of finished cases from their cached inputs (after a model change).")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("validation-out"), show_default=True,
               help="Folder for results.json, cached profiles and network files, and the plot.")
 def validate(models: str, workers_text: str, bandwidth_text: str, strategies: str, ps_count: int,
-             batch_size: int | None, cpu_per_node: float, iterations: int, warmup: int, out_dir: Path) -> None:
+             batch_size: int | None, cpu_per_node: float, iterations: int, warmup: int, repredict: bool,
+             out_dir: Path) -> None:
     """Check predictions against real distributed training on an emulated cluster (needs root
     and torch).
 
@@ -118,7 +121,7 @@ def validate(models: str, workers_text: str, bandwidth_text: str, strategies: st
             console.log(f"{row['key']}: measured {row['measured_throughput']:.1f} samples/s, "
                         f"fine {fine:+.1%}, coarse {coarse:+.1%}")
 
-        rows = validator.run(on_case=on_case, on_row=on_row)
+        rows = validator.run(on_case=on_case, on_row=on_row, repredict=repredict)
         progress.update(task, completed=len(grid.cases()))
     out = Console()
     wanted = {case.key for case in grid.cases()}
