@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sgdscale.errors import UserError
-from sgdscale.units import format_seconds, parse_time_s
+from sgdscale.units import format_seconds, parse_bandwidth_bps, parse_time_s
 
 EPILOG = """\b
 Examples:
@@ -79,13 +79,27 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads per rank.")
 @click.option("--timeout", default="300s", show_default=True, help="Stop the run after this long (e.g. 90s).")
 @click.option("--port", type=int, default=None, help="Rendezvous port (default: a free one).")
+@click.option("--emulate", is_flag=True,
+              help="Run every rank on its own node of an emulated cluster (network namespace, tbf-shaped "
+                   "link, CPU quota; needs root).")
+@click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
+@click.option("--cpu-quota", type=float, default=None,
+              help="CPU cores per node with --emulate [default: this machine's cores / nodes, at most 1].")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the measurement JSON here.")
 @click.option("--write-config", type=click.Path(dir_okay=False), default=None,
               help="Only write the rank config (for torchrun on a real cluster) and exit.")
 def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb, batch_size, iterations,
-          warmup, image_size, seq_len, model_options, lr, threads, timeout, port, output, write_config) -> None:
-    """Train MODEL with real data-parallel SGD on local processes and measure every iteration
-    of every worker (the ground truth for `sgdscale predict`)."""
+          warmup, image_size, seq_len, model_options, lr, threads, timeout, port, emulate, bandwidth, cpu_quota,
+          output, write_config) -> None:
+    """Train MODEL with real data-parallel SGD and measure every iteration of every worker (the
+    ground truth for `sgdscale predict`): on local processes, or with --emulate on an emulated
+    cluster with one shaped network namespace and CPU quota per node.
+
+    \b
+    Examples:
+      sgdscale train mlp --workers 2 --strategy allreduce -o m.json
+      sgdscale train gpt2 --workers 4 --strategy ps-async --ps 1 --emulate --bandwidth 200Mbit
+    """
     from dataclasses import asdict
 
     from sgdscale.jsonio import write_json_atomic
@@ -120,7 +134,17 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         def on_progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)
+        if emulate:
+            import os
+
+            from sgdscale.runtime.testbed import Testbed
+
+            quota = cpu_quota or min(1.0, (os.cpu_count() or 1) / config.world_size)
+            config.bandwidth_bps, config.cpu_quota = parse_bandwidth_bps(bandwidth), quota
+            with Testbed(config.world_size, config.bandwidth_bps, quota) as testbed:
+                measurement = run_training(config, testbed, timeout_s=timeout_s, on_progress=on_progress)
+        else:
+            measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)
     if output:
         from sgdscale.runtime.measurement import save_measurement
 
