@@ -24,13 +24,18 @@ if TYPE_CHECKING:
     from sgdscale.strategy import Strategy
 
 
-def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
-             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
-    """Fine-grained prediction of one cluster size (see the module docstring)."""
+def check_step_counts(iterations: int, warmup: int) -> None:
+    """Both engines need at least one reported step and no negative warm-up."""
     if iterations < 1:
         raise UserError(f"iterations must be at least 1, got {iterations}")
     if warmup < 0:
         raise UserError(f"warm-up iterations must not be negative, got {warmup}")
+
+
+def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
+             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
+    """Fine-grained prediction of one cluster size (see the module docstring)."""
+    check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":
         from sgdscale.fine.allreduce import simulate_allreduce
 

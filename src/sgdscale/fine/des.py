@@ -63,7 +63,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.errors import UserError
+from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, nic_capacities_Bps, ps_plan
 from sgdscale.fine.links import EventQueue, HybridNetwork, LinkNetwork, NotAStar, StarNetwork
 from sgdscale.fine.variability import ComputeSampler
@@ -85,10 +85,7 @@ _BWD_START, _GROUP_READY, _COLL_END = 20, 21, 22
 def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
                  warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
     """Simulate `warmup + iterations` steps of every worker (see the module docstring)."""
-    if iterations < 1:
-        raise UserError(f"iterations must be at least 1, got {iterations}")
-    if warmup < 0:
-        raise UserError(f"warm-up iterations must not be negative, got {warmup}")
+    check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":
         return _simulate_allreduce(profile, cluster, strategy, comm, iterations, warmup, seed, variability, timeline)
     plan = ps_plan(profile, cluster, strategy, comm)

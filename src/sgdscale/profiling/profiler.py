@@ -41,6 +41,7 @@ from typing import Any, Callable
 
 from sgdscale import __version__
 from sgdscale.errors import UserError
+from sgdscale.hostinfo import cpu_model
 from sgdscale.profile import (
     PROFILE_SCHEMA,
     Framework,
@@ -56,7 +57,7 @@ from sgdscale.profiling.zoo import Workload
 torch = import_torch()
 from torch import nn  # noqa: E402
 
-__all__ = ["profile_workload", "cpu_model", "LEARNING_RATE", "MOMENTUM"]
+__all__ = ["profile_workload", "LEARNING_RATE", "MOMENTUM"]
 
 LEARNING_RATE = 1e-3
 MOMENTUM = 0.9
@@ -71,18 +72,6 @@ METHOD = (
     "zero_grad + SGD(momentum) step. Times are means over the measured iterations; iteration_s comes from "
     "the same number of uninstrumented steps (no hooks) interleaved with the instrumented ones."
 )
-
-
-def cpu_model() -> str:
-    """The host CPU's model name (from /proc/cpuinfo), or the platform's best guess."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 @dataclass

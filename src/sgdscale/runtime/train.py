@@ -9,7 +9,6 @@ measurement in rank 0's result file without any help from this process.
 from __future__ import annotations
 
 import datetime
-import platform
 import socket
 import sys
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sgdscale.errors import UserError
+from sgdscale.hostinfo import cpu_model
 from sgdscale.runtime.launch import Placement, launch
 from sgdscale.runtime.measurement import (
     GROUPINGS,
@@ -219,17 +219,6 @@ def environment() -> dict[str, str]:
         "host": socket.gethostname(),
         "torch": torch_version,
         "python": sys.version.split()[0],
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
