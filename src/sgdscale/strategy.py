@@ -19,17 +19,20 @@ class Strategy:
 
     `bucket_bytes` and `first_bucket_bytes` follow PyTorch DDP (`bucket_cap_mb` is in MiB; the first
     bucket is capped at 1 MiB). `placement` puts parameter tensors on server shards round-robin in
-    forward order (TensorFlow's default) or greedily by size.
+    forward order (TensorFlow's default) or greedily by size. `grouping` defaults to what the real
+    systems do: DDP buckets for all-reduce, one message per tensor for a parameter server.
     """
 
     kind: str = "allreduce"
-    grouping: str = "buckets"
+    grouping: str | None = None
     bucket_bytes: float = 25 * MIB
     first_bucket_bytes: float = 1 * MIB
     algorithm: str = "ring"
     placement: str = "round-robin"
 
     def __post_init__(self) -> None:
+        if self.grouping is None:
+            object.__setattr__(self, "grouping", "per-tensor" if self.kind.startswith("ps") else "buckets")
         for value, allowed, what in (
             (self.kind, KINDS, "strategy"),
             (self.grouping, GROUPINGS, "grouping"),

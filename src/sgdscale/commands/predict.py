@@ -60,8 +60,9 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
 @click.option("--ps-bandwidth", default=None, help="Server NIC bandwidth. [default: the workers' bandwidth]")
 @click.option("--placement", default="round-robin", show_default=True,
               help="Tensors on server shards: round-robin or size.")
-@click.option("--grouping", default="buckets", show_default=True,
-              help="All-reduce gradient groups: per-tensor, per-layer, buckets (PyTorch DDP), single, mg-wfbp.")
+@click.option("--grouping", default=None,
+              help="Gradient groups: per-tensor, per-layer, buckets (PyTorch DDP), single, mg-wfbp. "
+                   "[default: buckets for allreduce, per-tensor for parameter servers]")
 @click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="DDP bucket cap in MiB.")
 @click.option("--algorithm", default="ring", show_default=True, help="All-reduce: ring, tree, halving-doubling.")
 @click.option("--method", default="both", show_default=True, help="fine (simulation), coarse (queueing model) or both.")
@@ -80,7 +81,7 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
               help="Predicted timeline (Chrome trace; open in ui.perfetto.dev) for the largest worker count.")
 def predict_command(profile: str, workers: str | None, strategy: str, bandwidth: str | None, latency: str | None,
-                    ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str, bucket_mb: float,
+                    ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
                     algorithm: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
                     network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
                     json_path: str | None, plot_path: str | None, trace_path: str | None) -> None:
