@@ -165,9 +165,13 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
                 pushes[m].append(dag.add(conn=push[w][plan.shard[m]], nbytes=plan.bytes[m], preds=[ready]))
             last_op[w] = op
             ends.append(op)
+        # Receive before send (gloo): worker w's receive notice for shard s follows its last push to s.
+        notice = [[[pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s] for s in range(shards)]
+                  for w in range(n)]
         for m in range(plan.messages):
             update = dag.add(plan.update_s[m], resource=n + plan.shard[m], preds=pushes[m], name=f"update m{m} k{k}")
             for w in range(n):
-                pulled[w][m] = dag.add(conn=pull[plan.shard[m]][w], nbytes=plan.bytes[m], preds=[update])
+                pulled[w][m] = dag.add(conn=pull[plan.shard[m]][w], nbytes=plan.bytes[m],
+                                       preds=[update, *notice[w][plan.shard[m]]])
         step_end.append(ends)
     return dag, net, n + shards, step_end
