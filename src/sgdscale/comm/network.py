@@ -34,7 +34,7 @@ class BenchPoint(BaseModel):
     """One measured message size: the op, worker count, bytes and per-repeat times."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    op: Literal["p2p", "allreduce"]
+    op: Literal["p2p", "allreduce", "incast"]
     workers: int = Field(ge=2)
     bytes: int = Field(ge=0)
     samples_s: list[float] = Field(min_length=1)
@@ -46,7 +46,9 @@ class Network(BaseModel):
 
     `p2p` is one message between two nodes. `allreduce` maps a worker count (as a string key, JSON
     style) to the fitted whole-collective time alpha + beta*M of the implementation measured
-    (e.g. gloo), which the predictor uses as is for that worker count.
+    (e.g. gloo), which the predictor uses as is for that worker count. `incast` maps a number of
+    concurrent senders to the fit of the time for one node to receive M bytes in total from them:
+    the ingress a parameter server really gets when N workers push at once.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -54,6 +56,7 @@ class Network(BaseModel):
     source: str = ""
     p2p: AlphaBeta
     allreduce: dict[str, AlphaBeta] = Field(default_factory=dict)
+    incast: dict[str, AlphaBeta] = Field(default_factory=dict)
     points: list[BenchPoint] = Field(default_factory=list)
     environment: dict[str, Any] = Field(default_factory=dict)
 
@@ -65,22 +68,26 @@ class Network(BaseModel):
 
 
 def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.ndarray) -> AlphaBeta:
-    """Line t = alpha + beta*M with alpha >= 0 and beta > 0, fitted on relative error.
+    """t = alpha + beta*M from benchmark points: beta is the slope over the large messages, alpha
+    the startup cost left at the smallest message.
 
-    Weighting each point by 1/t keeps the many-megabyte messages from drowning the small ones, so
-    alpha (the startup cost that decides whether merging small gradients pays) is measured too.
+    One line through all sizes fits neither end: token-bucket bursts, protocol switches and CPU
+    throttling bend the curve, and a least-squares line then trades the bandwidth (what large
+    gradients pay) for the small messages, or the reverse. So the two regimes are fitted apart:
+    beta by least squares over the messages within 1/20 of the largest, alpha >= 0 from the
+    smallest message.
     """
     x = np.asarray(nbytes, dtype=float)
     y = np.asarray(seconds, dtype=float)
     if x.size < 2 or np.ptp(x) == 0:
         raise UserError("need at least two different message sizes to fit alpha and beta")
-    if np.any(y <= 0):
-        raise UserError("measured times must be positive to fit alpha and beta")
-    beta, alpha = np.polyfit(x, y, 1, w=1.0 / y)
-    if alpha < 0:  # a negative startup cost is unphysical: refit through the origin, same weights
-        alpha, beta = 0.0, float(np.sum(x / y) / np.sum((x / y) ** 2))
-    beta = max(float(beta), 1e-15)
-    return AlphaBeta(alpha_s=float(alpha), beta_s_per_byte=beta)
+    large = x >= x.max() / 20
+    if np.ptp(x[large]) == 0:
+        large = np.ones_like(x, dtype=bool)
+    beta = max(float(np.polyfit(x[large], y[large], 1)[0]), 1e-15)
+    smallest = x == x.min()
+    alpha = max(0.0, float(np.median(y[smallest] - beta * x[smallest])))
+    return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
 
 
 def load_network(path: str | Path) -> Network:

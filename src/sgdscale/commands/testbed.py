@@ -140,6 +140,7 @@ def fits_table(network) -> Table:
     for name in ("op", "workers", "alpha", "beta", "1/beta"):
         table.add_column(name, justify="left" if name == "op" else "right")
     rows = [("p2p", "2", network.p2p)] + [("allreduce", n, fit) for n, fit in network.allreduce.items()]
+    rows += [(f"incast ({n} senders)", str(int(n) + 1), fit) for n, fit in network.incast.items()]
     for op, workers, fit in rows:
         table.add_row(op, workers, format_seconds(fit.alpha_s), f"{fit.beta_s_per_byte * 1e9:.4g} ns/B",
                       format_bandwidth(8 / fit.beta_s_per_byte))
@@ -155,7 +156,7 @@ def fits_table(network) -> Table:
 @click.option("--points", default=8, show_default=True, help="Log-spaced message sizes from min to max.")
 @click.option("--repeats", default=5, show_default=True, help="Timed repeats per size (median is fitted).")
 @click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
-@click.option("--ops", default="p2p,allreduce", show_default=True, help="Which operations: p2p, allreduce.")
+@click.option("--ops", default="p2p,allreduce", show_default=True, help="Which operations: p2p, allreduce, incast (N-1 senders into one node).")
 @click.option("--emulate", is_flag=True, help="Run each rank on its own node of an emulated cluster.")
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
 @click.option("--cpu-quota", default=None,

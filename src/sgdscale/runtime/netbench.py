@@ -5,6 +5,9 @@ What is measured (gloo, CPU tensors, float32 payloads):
   Ranks other than 0 and 1 only join the barriers.
 - allreduce: `dist.all_reduce` of M bytes on all N ranks; one sample is the slowest rank's time
   from a common barrier to the end of its all-reduce.
+- incast: ranks 1..N-1 each send M bytes to rank 0 at once (what parameter-server pushes do to a
+  server); one sample is rank 0's time from the barrier until it has all (N-1)*M bytes. Many TCP
+  flows converging on one shaped link reach less than one flow does, and this measures how much.
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
 `sgdscale.comm.network.fit_alpha_beta`) uses the median per size. The result is a
 `sgdscale.network/1` file (`sgdscale.comm.network.Network`).
@@ -37,7 +40,7 @@ from sgdscale.comm.network import AlphaBeta, BenchPoint, Network, fit_alpha_beta
 from sgdscale.errors import UserError
 
 BENCH_TARGET = "sgdscale.runtime.netbench:bench_rank"
-OPS = ("p2p", "allreduce")
+OPS = ("p2p", "allreduce", "incast")
 ELEMENT_BYTES = 4  # float32
 
 
@@ -63,12 +66,12 @@ def bench_config(sizes: Sequence[int], repeats: int, warmup: int, ops: Sequence[
         raise UserError(f"--warmup must not be negative, got {warmup}")
     unknown = [op for op in ops if op not in OPS]
     if unknown or not ops:
-        raise UserError(f"unknown benchmark op(s) {', '.join(unknown) or '(none)'}; use p2p, allreduce or both")
+        raise UserError(f"unknown benchmark op(s) {', '.join(unknown) or '(none)'}; use p2p, allreduce, incast")
     return {"sizes": [int(s) for s in sizes], "repeats": int(repeats), "warmup": int(warmup), "ops": list(ops)}
 
 
 def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
-    ops = [op for op in config["ops"] if op != "p2p" or world_size >= 2]
+    ops = [op for op in config["ops"] if op == "allreduce" or world_size >= 2]
     return len(ops) * len(config["sizes"]) * (config["repeats"] + config["warmup"])
 
 
@@ -83,7 +86,7 @@ def bench_rank(ctx) -> dict[str, Any]:
     samples: dict[str, dict[str, list[float]]] = {}
     done = 0
     for op in config["ops"]:
-        if op == "p2p" and world < 2:
+        if op != "allreduce" and world < 2:
             continue
         samples[op] = {}
         for nbytes in config["sizes"]:
@@ -95,6 +98,15 @@ def bench_rank(ctx) -> dict[str, Any]:
                 if op == "allreduce":
                     dist.all_reduce(tensor)
                     elapsed = time.perf_counter() - start
+                elif op == "incast":
+                    if rank == 0:
+                        buffers = [torch.empty_like(tensor) for _ in range(1, world)]
+                        for work in [dist.irecv(buf, src=src) for src, buf in zip(range(1, world), buffers)]:
+                            work.wait()
+                        elapsed = time.perf_counter() - start
+                    else:
+                        dist.send(tensor, dst=0)
+                        elapsed = math.nan  # rank 0 times the arrival of everything
                 elif rank == 0:
                     dist.send(tensor, dst=1)
                     dist.recv(tensor, src=1)
@@ -127,7 +139,7 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
         if op not in by_rank[0]:
             continue
         for size_text in by_rank[0][op]:
-            if op == "p2p":
+            if op in ("p2p", "incast"):
                 kept = list(by_rank[0][op][size_text])
             else:
                 per_rank = [by_rank[r][op][size_text] for r in range(world)]
@@ -138,7 +150,12 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
 
 
 def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any]) -> Network:
-    """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one) and all-reduce per worker count."""
+    """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
+    and incast per sender count (t against the total bytes received)."""
+    incast: dict[str, AlphaBeta] = {}
+    for world in sorted({p.workers for p in points if p.op == "incast"}):
+        chosen = [p for p in points if p.op == "incast" and p.workers == world]
+        incast[str(world - 1)] = fit_alpha_beta([p.bytes * (world - 1) for p in chosen], [p.median_s for p in chosen])
     p2p_points = [p for p in points if p.op == "p2p"]
     ar_points = [p for p in points if p.op == "allreduce"]
     allreduce: dict[str, AlphaBeta] = {}
@@ -156,7 +173,8 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     else:
         raise UserError("the network file needs point-to-point figures: include the p2p op "
                         "(--ops p2p,allreduce) or a 2-worker all-reduce")
-    return Network(source=source, p2p=p2p, allreduce=allreduce, points=list(points), environment=environment)
+    return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
+                   environment=environment)
 
 
 def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -> float:
@@ -168,6 +186,8 @@ def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -
             per_repeat += 2 * wire_s + 0.01
         if "allreduce" in config["ops"]:
             per_repeat += 2 * (workers - 1) / workers * wire_s * 2 + 0.01 * workers
+        if "incast" in config["ops"]:
+            per_repeat += (workers - 1) * wire_s + 0.01
     return per_repeat * (config["repeats"] + config["warmup"])
 
 
