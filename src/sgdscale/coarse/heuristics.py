@@ -26,12 +26,13 @@ stage k, "first message reaches k, all messages pass k, the last message finishe
 stages", and at least "the last message goes through every stage":
     end >= max_k ( h_1 + sum_{j<k} s_j[1] + sum_g s_k[g] + sum_{j>k} s_j[G] ),  h_G + sum_k s_k[G]
 `pipeline_end_s` takes the max of these K + 1 terms (h = time until the first / last message is
-ready), plus every message's own path h_g + sum_k s_k[g] (h_g from the mean backward timeline). With one stage it is the backward-overlap formula above. It captures what a sequence of
-phases misses: a full-duplex NIC pulls early messages while later ones are still being pushed, so
-push and pull of a bottleneck NIC cost max(push, pull), not their sum. The next forward needs
-layer 0's parameters, which travel in the last message (backward order), so the pull hardly
-overlaps the next forward and the heuristic does not assume it does. Stage times are split over
-messages in proportion to their bytes (fluid network).
+ready), plus every message's own path h_g + sum_k s_k[g] (h_g from the mean backward timeline). With one stage it is the backward-overlap formula above. The pipeline holds the pushes and
+updates only: gloo sends a message only into a posted receive, and a worker's notice that it is
+ready to receive its new parameters queues behind its own pushes, so pulls start after the last
+push (measured: assuming a full-duplex pipeline of push and pull predicted sync PS 30% too fast
+on the emulated cluster). The next forward needs layer 0's parameters, which travel in the last
+message (backward order), so the pull hardly overlaps the next forward and the heuristic does
+not assume it does. Stage times are split over messages in proportion to their bytes (fluid network).
 
 **Async PS.** In the closed network a worker's queueing and transfer time at the server can
 hide behind its own backward in the same way. The model applies `pipeline_end_s` to the worker's

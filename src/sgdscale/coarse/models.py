@@ -134,7 +134,7 @@ class _ServerCosts:
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
-    a pipeline that starts during backward).
+    pushes and updates a pipeline that starts during backward, the pull after the last push).
 
     push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
     down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
@@ -158,12 +158,14 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     if heuristics and costs.total_bytes > 0:
         # Messages flow push -> update -> pull through the busiest resources as a pipeline that
         # starts during backward (heuristics.pipeline_end_s).
+        # Pushes and updates flow as a pipeline that starts during backward; the pull follows the
+        # last push (gloo sends only into a posted receive, whose notice queues behind the pushes).
         groups = gradient_groups(profile, strategy, comm, n)
         sizes = [g.nbytes for g in groups]
-        stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update, transfer)]
+        stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
         offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
         end = hz.pipeline_end_s(head_max(profile, cluster, variability, groups[0]).mean,
-                                head_max(profile, cluster, variability, groups[-1]).mean, stages, offsets)
+                                head_max(profile, cluster, variability, groups[-1]).mean, stages, offsets) + transfer
         extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
@@ -263,8 +265,9 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
             """Serial cycle minus the pipelined one, for the queueing seen at this think time."""
             result, _ = solve(think)
             push, update, pull = (float(result.response_times[m].sum()) for m in stage_masks)
-            stages = [hz.split_by_bytes(t, sizes) for t in (push + own_excess, update, pull + own_excess)]
-            end = max(compute, hz.pipeline_end_s(head_first, head_last, stages, offsets) + 2 * costs.alpha)
+            stages = [hz.split_by_bytes(t, sizes) for t in (push + own_excess, update)]
+            pushed = hz.pipeline_end_s(head_first, head_last, stages, offsets)  # the pull follows (gloo)
+            end = max(compute, pushed + pull + own_excess + 2 * costs.alpha)
             return max(0.0, think0 + float(result.response_times.sum()) - end)
 
         # hidden(h) - h is strictly decreasing in h (queueing grows by less than the think time
