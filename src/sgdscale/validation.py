@@ -147,8 +147,13 @@ class Validator:
     def profile_path(self, spec: ModelSpec) -> Path:
         return self.out_dir / "profiles" / f"{spec.label}-q{self.grid.cpu_per_node_cores:g}.json"
 
+    def bench_counts(self) -> list[int]:
+        """Process counts the network benchmark runs: every all-reduce size of the grid (2 at least)."""
+        return sorted({max(2, n) for n in self.grid.workers})
+
     def network_path(self, bandwidth_bps: float) -> Path:
-        return self.out_dir / "networks" / f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}.json"
+        counts = "-".join(str(n) for n in self.bench_counts())
+        return self.out_dir / "networks" / f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}-n{counts}.json"
 
     def ensure_profile(self, spec: ModelSpec) -> Path:
         """Profile on one emulated node with the cluster's per-node CPU quota (one core's share)."""
@@ -174,7 +179,7 @@ class Validator:
         path = self.network_path(bandwidth_bps)
         if path.exists():
             return path
-        counts = sorted({max(2, n) for n in self.grid.workers})
+        counts = self.bench_counts()
         self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes")
         config = bench_config(message_sizes(1e3, 16e6, 9), repeats=5, warmup=1, ops=["p2p", "allreduce"])
         with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores) as testbed:
