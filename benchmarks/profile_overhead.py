@@ -42,7 +42,7 @@ def main() -> int:
         for _ in range(args.repeats):
             workload = build_workload(model, **kwargs)
             with cpu_lock():
-                wait_for_quiet(0.5, 120.0)
+                wait_for_quiet(0.9, 60.0)
                 profile = profile_workload(workload, batch, warmup=warmup, iterations=args.iterations, threads=1)
             c = profile.provenance["consistency"]
             runs.append({
