@@ -15,6 +15,9 @@ def write_json_atomic(path: str | os.PathLike[str], data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(handle, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         with os.fdopen(handle, "w") as out:
             json.dump(data, out, indent=1)
             out.write("\n")
