@@ -5,9 +5,10 @@ compute/communication ratios, one a transformer; 2 bandwidths; the 3 strategies;
 plus 8-worker all-reduce and PS cases) and keeps everything it produced in
 benchmarks/results/accuracy/: results.json (every case), the profiles and network files it used,
 validation.png and the printed tables (output.txt). Rerun it to resume an interrupted grid;
-delete the folder to start over.
+delete the folder to start over; pass --repredict to recompute every prediction from the kept
+profiles, network files and measurements after a change to the predictors (no runs repeated).
 
-    .venv/bin/python benchmarks/accuracy.py
+    .venv/bin/python benchmarks/accuracy.py [--repredict]
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT / "output.txt", "w") as log:
         for grid in GRIDS:
-            command = [sys.executable, "-m", "sgdscale.cli", "validate", *grid, "-o", str(OUT)]
+            command = [sys.executable, "-m", "sgdscale.cli", "validate", *grid, "-o", str(OUT), *sys.argv[1:]]
             log.write("$ sgdscale " + " ".join(command[3:]) + "\n")
             log.flush()
             done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "160"})
