@@ -23,15 +23,6 @@ METHODS = ("fine", "coarse")
 Progress = Callable[[int, int, str], None]  # (done, total, what is running next)
 
 
-def coarse_available() -> bool:
-    """Whether this build has the coarse-grained models."""
-    try:
-        from sgdscale.coarse import solve  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
                timeline: bool = False) -> Outcome:
@@ -42,8 +33,6 @@ def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strate
         return simulate(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
                         variability=variability, timeline=timeline)
     if method == "coarse":
-        if not coarse_available():
-            raise UserError("the coarse-grained method is not part of this build; use --method fine")
         from sgdscale.coarse import solve
 
         return solve(profile, cluster, strategy, comm, iterations=iterations, seed=seed, variability=variability)
@@ -158,12 +147,9 @@ def predict(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     results: list[Result] = []
     for method in methods:
         baseline: Outcome | None = None
-        baseline_time = 0.0
         if not (1 in worker_counts and cluster.homogeneous):
             step(f"{method}, 1 worker (baseline)")
-            began = time.perf_counter()
             baseline = run_method(method, profile, nominal_single_worker(cluster), strategy, comm, **options)
-            baseline_time = time.perf_counter() - began
             done += 1
         for count in worker_counts:
             step(f"{method}, {count} worker{'s' if count > 1 else ''}")
@@ -173,7 +159,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
             elapsed = time.perf_counter() - began
             done += 1
             if count == 1 and baseline is None:
-                baseline, baseline_time = outcome, elapsed
+                baseline = outcome
             assert baseline is not None
             results.append(Result.from_outcome(count, method, outcome, baseline.throughput, predict_time_s=elapsed))
     step("done")

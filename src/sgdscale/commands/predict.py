@@ -100,7 +100,7 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
 
     from sgdscale.cluster import Cluster
     from sgdscale.comm import CommModel, load_network
-    from sgdscale.predict import coarse_available, predict
+    from sgdscale.predict import predict
     from sgdscale.profile import load_profile
     from sgdscale.strategy import MIB, Strategy
     from sgdscale.units import parse_bandwidth_bps, parse_time_s
@@ -136,12 +136,6 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
     ps_bps = parse_bandwidth_bps(ps_bandwidth) if ps_bandwidth else None
     cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
                       links)
-
-    if "coarse" in methods and not coarse_available():
-        if method == "coarse":
-            raise UserError("the coarse-grained method is not part of this build; use --method fine")
-        err.print("note: the coarse-grained method is not part of this build; predicting with the fine one only")
-        methods = ["fine"]
 
     with _progress(err, len(counts) * len(methods)) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
