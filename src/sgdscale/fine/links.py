@@ -275,6 +275,26 @@ def run_network(net: LinkNetwork) -> list[tuple[float, int, int]]:
     return out
 
 
+def _reschedule_hub(net, hub: int, now: float, event_arg: int) -> None:
+    """A hub's connections share it as one processor-sharing queue: each gets min(its own edge's
+    capacity p, capacity / k); schedule the hub's next completion in virtual time (a new version
+    makes the hub's older completion events stale)."""
+    k = net.s_k[hub]
+    ver = net.s_ver[hub] + 1
+    net.s_ver[hub] = ver
+    if k == 0:
+        net.s_rate[hub] = 0.0
+        return
+    share = net.cap[hub] / k
+    p = net.s_p[hub]
+    rate = p if p < share else share
+    net.s_rate[hub] = rate
+    left = net.s_heap[hub][0][0] - net.s_v[hub]
+    if left < 0.0:
+        left = 0.0
+    heapq.heappush(net.queue.heap, (now + left / rate, next(net.queue.seq), net.kind_done, event_arg, ver))
+
+
 class NotAStar(Exception):
     """Raised by StarNetwork when its shortcut stops being the max-min allocation."""
 
@@ -424,20 +444,7 @@ class StarNetwork:
         self.s_vt[link] = now
 
     def _reschedule(self, link: int, now: float) -> None:
-        k = self.s_k[link]
-        ver = self.s_ver[link] + 1
-        self.s_ver[link] = ver
-        if k == 0:
-            self.s_rate[link] = 0.0
-            return
-        share = self.cap[link] / k
-        p = self.s_p[link]
-        rate = p if p < share else share
-        self.s_rate[link] = rate
-        left = self.s_heap[link][0][0] - self.s_v[link]
-        if left < 0.0:
-            left = 0.0
-        heapq.heappush(self.queue.heap, (now + left / rate, next(self.queue.seq), self.kind_done, link, ver))
+        _reschedule_hub(self, link, now, link)
 
     def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
         if self._pairs:
@@ -625,20 +632,7 @@ class HybridNetwork(LinkNetwork):
         self.s_vt[hub] = now
 
     def _reschedule(self, hub: int, now: float) -> None:
-        k = self.s_k[hub]
-        ver = self.s_ver[hub] + 1
-        self.s_ver[hub] = ver
-        if k == 0:
-            self.s_rate[hub] = 0.0
-            return
-        share = self.cap[hub] / k
-        p = self.s_p[hub]
-        rate = p if p < share else share
-        self.s_rate[hub] = rate
-        left = self.s_heap[hub][0][0] - self.s_v[hub]
-        if left < 0.0:
-            left = 0.0
-        heapq.heappush(self.queue.heap, (now + left / rate, next(self.queue.seq), self.kind_done, -1 - hub, ver))
+        _reschedule_hub(self, hub, now, -1 - hub)
 
     def _feasible(self, edges) -> bool:
         rate = self.s_rate
