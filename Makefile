@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-DEMO_ARGS ?= resnet50 --workers 1-64:x2 --bandwidth 10Gbit --latency 20us
+DEMO_ARGS ?= resnet50 --workers 1-64:x2 --bandwidth 1Gbit --latency 20us --plot out/demo-resnet50.png --json out/demo-resnet50.json
 
 .PHONY: demo test setup setup-full clean
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from sgdscale.jsonio import atomic_output
 from sgdscale.result import Prediction
 from sgdscale.units import format_bandwidth, format_seconds
 
@@ -26,17 +25,9 @@ def _pyplot():
 
 
 def _save(fig, path: str | os.PathLike[str]) -> None:
-    """Render to a temporary file beside `path`, then rename: never a half-written PNG."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(handle)
-    try:
+    """Render through `atomic_output`: never a half-written PNG."""
+    with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _title(inputs: dict[str, Any]) -> str:
