@@ -146,8 +146,12 @@ def plot_validation(cases: Sequence[dict[str, Any]], path: str | os.PathLike[str
             ax.annotate(str(case["label"]), (float(case["measured"]), float(case["predicted"])),
                         textcoords="offset points", xytext=(4, 4), fontsize=7)
     if high / low > 20:
+        from matplotlib.ticker import NullFormatter
+
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_minor_formatter(NullFormatter())  # minor labels collide on a log axis
     ax.set_xlim(low, high)
     ax.set_ylim(low, high)
     ax.set_aspect("equal", adjustable="box")
