@@ -329,13 +329,6 @@ class _PsRun:
                         self._trace_wait(w, it[w], t, max(t, max(have_t[w][x] for x in need[j])))
                     advance(w, t, 0.0, lnow)
 
-        def send_pull(s: int, w: int, nb: float, ready: float, token: int, k: int, lnow: float) -> None:
-            """Shard s's parameters for worker w leave once w's receive notice of step k is in."""
-            if notice_k[w][s] == k:
-                pull_send(pull_conn[s][w], nb, ready if ready > notice_t[w][s] else notice_t[w][s], lnow, token, k)
-            else:
-                held[w][s].append((nb, ready, token, k))
-
         def on_push(token: int, k: int, arrival: float, lnow: float) -> None:
             """Worker w's gradient message m of iteration k reaches its shard at `arrival`."""
             w, m = divmod(token, M)
@@ -346,10 +339,11 @@ class _PsRun:
                 notice_k[w][s] = k
                 notice_t[w][s] = arrival
                 waiting_pulls = held[w][s]
-                if waiting_pulls:
+                if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
                     held[w][s] = []
+                    conn = pull_conn[s][w]
                     for nb, ready, tok, kk in waiting_pulls:
-                        send_pull(s, w, nb, ready, tok, kk, lnow)
+                        pull_send(conn, nb, ready if ready > arrival else arrival, lnow, tok, kk)
             if sync:
                 arr = arrivals[k & 1]
                 arr[m] += 1
@@ -366,11 +360,19 @@ class _PsRun:
             if trace is not None and k in trace_iters:
                 self._trace_update(s, m, k, st, u, None if sync else w)
             nb = msg_bytes[m]
+            pcs = pull_conn[s]
             if sync:
-                for w2 in range(n):
-                    send_pull(s, w2, nb, en, w2 * M + m, k, lnow)
+                for w2 in range(n):  # a pull leaves once w2's receive notice of step k is in
+                    if notice_k[w2][s] == k:
+                        nt = notice_t[w2][s]
+                        pull_send(pcs[w2], nb, en if en > nt else nt, lnow, w2 * M + m, k)
+                    else:
+                        held[w2][s].append((nb, en, w2 * M + m, k))
+            elif notice_k[w][s] == k:
+                nt = notice_t[w][s]
+                pull_send(pcs[w], nb, en if en > nt else nt, lnow, token, k)
             else:
-                send_pull(s, w, nb, en, token, k, lnow)
+                held[w][s].append((nb, en, token, k))
 
         push_net.deliver = on_push
         pull_net.deliver = on_pull
