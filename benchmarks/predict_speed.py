@@ -100,13 +100,17 @@ def main() -> int:
     des_error = None
     try:
         for kind in ("ps-async", "ps-sync"):
-            began = time.perf_counter()
-            outcome = simulate(resnet, Cluster(64, ps_count=2), Strategy(kind=kind), COMM, iterations=100, warmup=10)
-            elapsed = time.perf_counter() - began
-            rows["des"].append({"model": resnet.model, "workers": 64, "strategy": kind, "ps_count": 2,
-                                "iterations": 100, "warmup": 10, "best_s": elapsed, "median_s": elapsed,
-                                "runs_s": [elapsed], "predicted_step_s": float(np.mean(outcome.iteration_s))})
-            print(kind, f"{elapsed:.3f} s", flush=True)
+            for shards in (1, 2):
+                for grouping in ("per-tensor", "buckets"):
+                    began = time.perf_counter()
+                    outcome = simulate(resnet, Cluster(64, ps_count=shards), Strategy(kind=kind, grouping=grouping),
+                                       COMM, iterations=100, warmup=10)
+                    elapsed = time.perf_counter() - began
+                    rows["des"].append({"model": resnet.model, "workers": 64, "strategy": kind, "ps_count": shards,
+                                        "grouping": grouping, "iterations": 100, "warmup": 10, "best_s": elapsed,
+                                        "median_s": elapsed, "runs_s": [elapsed],
+                                        "predicted_step_s": float(np.mean(outcome.iteration_s))})
+                    print(kind, shards, grouping, f"{elapsed:.3f} s", flush=True)
     except Exception as error:  # the DES engine belongs to another part; record why it could not run
         des_error = f"{type(error).__name__}: {error}"
         print("DES:", des_error, flush=True)
@@ -149,10 +153,11 @@ def markdown(rows: dict[str, list[dict]], environment: dict, des_error: str | No
     out += table(rows["layers"], "layers", "layers")
     out += ["", "## Iterations (resnet50, per-tensor grouping, 1,024 workers)", ""]
     out += table(rows["iterations"], "iterations", "iterations")
-    out += ["", "## Discrete-event engine (parameter server, 2 shards, 64 workers, 100 iterations + 10 warm-up)", ""]
+    out += ["", "## Discrete-event engine (parameter server, resnet50, 64 workers, 100 iterations + 10 warm-up)", ""]
     if rows["des"]:
-        out += ["| strategy | workers | iterations | time |", "|---|---:|---:|---:|"]
-        out += [f"| {r['strategy']} | {r['workers']} | {r['iterations']} | {r['best_s']:.3f} s |" for r in rows["des"]]
+        out += ["| strategy | shards | grouping | workers | iterations | time |", "|---|---:|---|---:|---:|---:|"]
+        out += [f"| {r['strategy']} | {r.get('ps_count', 2)} | {r.get('grouping', 'buckets')} | {r['workers']} | "
+                f"{r['iterations']} | {r['best_s']:.3f} s |" for r in rows["des"]]
     else:
         out.append(f"not measured: {des_error}")
     out += ["", "## Hot path (cProfile, resnet50 per-tensor, 1,024 workers, 110 steps)", "", "```",
