@@ -66,7 +66,10 @@ def test_ctrl_c_leaves_no_process(tmp_path):
     import subprocess
 
     script = (
-        "import sys\n"
+        "import signal, sys\n"
+        # A shell that starts a job in the background (e.g. a CI runner) may hand it SIGINT ignored;
+        # the test is about what a user at a terminal gets, so take Python's default handler back.
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from sgdscale.runtime import launch as L\n"
         "orig = L._watch\n"
         "def watch(procs, *a):\n"
@@ -86,8 +89,7 @@ def test_ctrl_c_leaves_no_process(tmp_path):
     pids = [int(p) for p in pid_file.read_text().split()]
     assert all(_alive(p) for p in pids)
     proc.send_signal(2)
-    # Generous: on a loaded 2-core CI machine the teardown (SIGTERM, grace, SIGKILL, reap) once took >30 s.
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert not any(_alive(p) for p in pids)
 

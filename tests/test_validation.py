@@ -1,8 +1,10 @@
 """A small real validation: profile, benchmark, predict and run each strategy on an emulated
 cluster of 2 workers with shaped 200 Mbit/s links, and compare.
 
-The bound here (30%) is a smoke bound for a short CI run on a shared machine; the accuracy claims
-come from benchmarks/accuracy.py, which runs the full grid with longer runs.
+The bound here (50%) is a smoke bound for a short CI run: it catches a broken predictor or
+runtime, not a modelling error. The same real case measured in two runs differs by up to 31%
+(benchmarks/results/repeatability.md; async PS most), and the accuracy claims come from
+benchmarks/accuracy.py, which runs the full grid with longer runs.
 """
 
 import os
@@ -17,7 +19,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)"),
 ]
 
-BOUND = 0.30
+BOUND = 0.50
 
 
 def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
