@@ -15,11 +15,12 @@ _BINARY = {"Ki": 1024.0, "Mi": 1024.0**2, "Gi": 1024.0**3, "Ti": 1024.0**4}
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 
-def _split(text: str, what: str, example: str) -> tuple[float, str]:
+def _split(text: str, what: str, example: str, zero_ok: bool = False) -> tuple[float, str]:
     match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([A-Za-z/]*)\s*", str(text))
     if not match:
         if str(text).strip().startswith("-"):
-            raise UserError(f"{what} must be positive, got '{text}' (e.g. {example})")
+            rule = "must not be negative" if zero_ok else "must be positive"
+            raise UserError(f"{what} {rule}, got '{text}' (e.g. {example})")
         raise UserError(f"cannot read {what} '{text}' (e.g. {example})")
     return float(match.group(1)), match.group(2)
 
@@ -49,7 +50,7 @@ def parse_time_s(text: str | float, what: str = "time") -> float:
     if isinstance(text, (int, float)):
         value, unit = float(text), "s"
     else:
-        value, unit = _split(text, what, "20us, 1.5ms, 0")
+        value, unit = _split(text, what, "20us, 1.5ms, 0", zero_ok=True)
     scale = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}.get(unit)
     if scale is None:
         raise UserError(f"unknown {what} unit '{unit}' in '{text}' (use s, ms, us or ns, e.g. 20us)")
