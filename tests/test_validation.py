@@ -14,14 +14,29 @@ import pytest
 from sgdscale.runtime.measurement import load_measurement
 from sgdscale.validation import Grid, ModelSpec, Validator, relative_error, summarize
 
-pytestmark = [
-    pytest.mark.testbed,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)"),
-]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)")
 
 BOUND = 0.50
 
 
+def test_grid_cases_keys_and_summary():
+    """Cases are the cross product (servers only for PS), keys are unique and readable, and the
+    summary is the median and maximum of absolute errors per method and strategy."""
+    grid = Grid(specs=[ModelSpec("mlp", 32, options=(("width", 256),))], workers=[2, 4],
+                bandwidths_bps=[200e6, 1e9], strategies=["allreduce", "ps-async"], ps_count=2)
+    cases = grid.cases()
+    assert len(cases) == 8 and len({c.key for c in cases}) == 8
+    assert {c.nodes for c in cases if c.strategy == "ps-async"} == {4, 6}
+    assert "mlp-b32-width256-ps-async-ps2-w4-1000Mbit" in {c.key for c in cases}
+    assert relative_error(110.0, 100.0) == pytest.approx(0.10)
+    rows = [{"strategy": "allreduce", "error": {"fine": e, "coarse": -2 * e}} for e in (0.01, -0.05, 0.20)]
+    summary = {(item["method"], item["strategy"]): item for item in summarize(rows)}
+    assert summary["fine", "allreduce"]["median_abs_error"] == pytest.approx(0.05)
+    assert summary["coarse", "all"]["max_abs_error"] == pytest.approx(0.40)
+
+
+@pytest.mark.testbed
+@needs_root
 def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
     spec = ModelSpec("mlp", batch_size=32, options=(("width", 256), ("depth", 3)))
     grid = Grid(specs=[spec], workers=[2], bandwidths_bps=[200e6], strategies=["allreduce", "ps-sync", "ps-async"],
@@ -40,6 +55,8 @@ def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
     assert {item["method"] for item in summarize(rows)} == {"fine", "coarse"}
 
 
+@pytest.mark.testbed
+@needs_root
 def test_an_interrupted_grid_resumes_without_rerunning(tmp_path):
     spec = ModelSpec("mlp", batch_size=16, options=(("width", 128), ("depth", 2)))
     grid = Grid(specs=[spec], workers=[2], bandwidths_bps=[200e6], strategies=["allreduce"],
