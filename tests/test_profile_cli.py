@@ -128,32 +128,16 @@ def test_import_path_that_fails(tmp_path, capsys):
                       tmp_path, "cannot import 'no_such_pkg_sgd.models'")
 
 
-def test_missing_factory_attribute(tmp_path, capsys, factories):
+@pytest.mark.parametrize("target, extra, message", [
+    ("userzoo_factories:nope", [], "has no attribute 'nope'"),
+    ("userzoo_factories:not_a_module", ["--input-shape", "3"], "returned dict, not a torch.nn.Module"),
+    ("userzoo_factories:broken", [], "no such config"),
+    ("userzoo_factories:tiny", [], "--input-shape"),
+], ids=["missing-attribute", "not-a-module", "factory-raises", "no-input-description"])
+def test_bad_user_factory(tmp_path, capsys, factories, target, extra, message):
     out = tmp_path / "o"
     out.mkdir()
-    assert_user_error(["profile", "userzoo_factories:nope", "-o", str(out / "x.json")], capsys, out,
-                      "has no attribute 'nope'")
-
-
-def test_factory_not_returning_a_module(tmp_path, capsys, factories):
-    out = tmp_path / "o"
-    out.mkdir()
-    assert_user_error(["profile", "userzoo_factories:not_a_module", "--input-shape", "3", "-o",
-                       str(out / "x.json")], capsys, out, "returned dict, not a torch.nn.Module")
-
-
-def test_factory_that_raises(tmp_path, capsys, factories):
-    out = tmp_path / "o"
-    out.mkdir()
-    assert_user_error(["profile", "userzoo_factories:broken", "-o", str(out / "x.json")], capsys, out,
-                      "no such config")
-
-
-def test_user_model_without_input_description(tmp_path, capsys, factories):
-    out = tmp_path / "o"
-    out.mkdir()
-    assert_user_error(["profile", "userzoo_factories:tiny", "-o", str(out / "x.json")], capsys, out,
-                      "--input-shape")
+    assert_user_error(["profile", target, *extra, "-o", str(out / "x.json")], capsys, out, message)
 
 
 def test_input_shape_the_model_rejects(tmp_path, capsys, factories):
@@ -193,7 +177,7 @@ def test_image_too_small(tmp_path, capsys):
 
 def test_cuda_requested_without_gpu(tmp_path, capsys):
     if torch.cuda.is_available():
-        pytest.skip("a GPU is present")
+        pytest.skip("checks the error for --device cuda on a machine without a GPU; this one has a GPU")
     assert_user_error(["profile", "mlp", "--device", "cuda", "-o", str(tmp_path / "x.json"), *QUICK], capsys,
                       tmp_path, "no CUDA GPU", "--device cpu")
 

@@ -564,19 +564,16 @@ class _PsRun:
     def _install_flow_trace(self, workers: set[int], iters: set[int]) -> None:
         M = self.plan.messages
 
-        def on_push(conn, token, tag, start, end):
-            w, m = divmod(token, M)
-            if w in workers and tag in iters and self._room():
-                self.trace.append(TraceEvent(f"push msg {m}", start, end - start, f"worker {w}", "nic up",
-                                             {"iteration": tag, "bytes": self.plan.bytes[m],
-                                              "shard": self.plan.shard[m]}))
+        def recorder(direction: str, thread: str):
+            def on_transfer(conn, token, tag, start, end):
+                w, m = divmod(token, M)
+                if w in workers and tag in iters and self._room():
+                    self.trace.append(TraceEvent(f"{direction} msg {m}", start, end - start, f"worker {w}", thread,
+                                                 {"iteration": tag, "bytes": self.plan.bytes[m],
+                                                  "shard": self.plan.shard[m]}))
+            return on_transfer
 
-        def on_pull(conn, token, tag, start, end):
-            w, m = divmod(token, M)
-            if w in workers and tag in iters and self._room():
-                self.trace.append(TraceEvent(f"pull msg {m}", start, end - start, f"worker {w}", "nic down",
-                                             {"iteration": tag, "bytes": self.plan.bytes[m],
-                                              "shard": self.plan.shard[m]}))
+        on_push, on_pull = recorder("push", "nic up"), recorder("pull", "nic down")
 
         self.push_net.on_transfer = on_push
         self.pull_net.on_transfer = on_pull
