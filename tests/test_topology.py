@@ -165,3 +165,24 @@ def test_colocated_beats_dedicated_when_the_server_nic_binds(kind):
         out[placement] = {r.method: r.throughput for r in res}
     for method in ("fine", "coarse"):
         assert out["colocated"][method] > 1.3 * out["dedicated"][method]
+
+
+@pytest.mark.parametrize("scheme", ["flat", "hierarchical", "tree", "auto"])
+def test_event_simulator_agrees_with_the_fast_all_reduce_on_two_levels(scheme):
+    """The discrete-event engine and the vectorized recurrence ask the same topology."""
+    from sgdscale.fine.allreduce import simulate_allreduce
+    from sgdscale.fine.des import simulate_des
+
+    profile = toy(sizes_mb=(1, 3, 0.5, 6))
+    strategy = Strategy(kind="allreduce", grouping="per-layer", allreduce=scheme)
+    c = cluster(workers=6, gpus=4, compute_scale=(1, 1, 1.2, 1, 1, 1))
+    fast = simulate_allreduce(profile, c, strategy, comm(), iterations=6, warmup=1, variability=False)
+    slow = simulate_des(profile, c, strategy, comm(), iterations=6, warmup=1, variability=False)
+    np.testing.assert_allclose(fast.iteration_s, slow.iteration_s, rtol=1e-9)
+    assert fast.levels == pytest.approx(slow.levels)
+
+
+def test_topology_answers_only_for_its_own_worker_count():
+    topology = Topology(cluster(), comm())
+    with pytest.raises(ValueError, match="4 workers"):
+        topology.allreduce_times_s([1.0], 8)

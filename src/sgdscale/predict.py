@@ -117,7 +117,7 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "gpus_per_node": cluster.gpus_per_node,
             "intra": {"bandwidth_bps": cluster.intra_bandwidth_bps, "latency_s": cluster.intra_latency_s},
             "nic": {"bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
-                    "measured": bool(comm.measured_allreduce) or comm.p2p.beta_s_per_byte * cluster.bandwidth_bps != 8.0},
+                    "measured_scale": Topology.of(cluster, comm).nic_factor},
             "allreduce": strategy.allreduce,
             "ps_placement": strategy.ps_placement,
         },

@@ -105,10 +105,11 @@ def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[li
     return [topology.nic_Bps(w) for w in range(cluster.workers)], topology.server_nic_Bps
 
 
-def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, steps: int,
+def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, steps: int,
                 forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray
                 ) -> tuple[Dag, LinkNetwork, int, list[list[int]]]:
-    """The explicit synchronous-PS DAG of `steps` iterations (small cases only).
+    """The explicit synchronous-PS DAG of `steps` iterations (small cases only; one device per
+    node and dedicated servers, the layout the fast simulator is checked against).
 
     forward_s/backward_s: (steps, workers, layers); pre_s: (steps, workers) data + copy.
     Resources: worker w's compute is w; shard s is N + s. Returns (dag, network, resources,
@@ -116,13 +117,14 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     """
     n, layers = cluster.workers, len(profile.layers)
     plan = ps_plan(profile, cluster, strategy, comm)
-    worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
+    topology = Topology.of(cluster, comm, strategy)
+    worker_Bps, server_Bps = nic_capacities_Bps(cluster, topology)
     shards = plan.shards
     queue = EventQueue()
     # One network for both directions: links 0..n-1 worker up, n..2n-1 worker down,
     # 2n..2n+S-1 server up, 2n+S..2n+2S-1 server down.
     caps = worker_Bps + worker_Bps + [server_Bps] * (2 * shards)
-    net = LinkNetwork(queue, caps, comm.p2p.alpha_s)
+    net = LinkNetwork(queue, caps, topology.alpha_s)
     push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, n + w) for w in range(n)] for s in range(shards)]
     dag = Dag()

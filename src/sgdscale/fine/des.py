@@ -6,12 +6,14 @@ the simulator runs that DAG for every worker and iteration on shared resources:
 
 - each worker's compute: one FIFO resource (data, forward layers, backward layers, and, for
   all-reduce, the optimizer);
-- NIC links: every worker and every server shard has a full-duplex NIC, an uplink and a downlink
-  of `cluster.worker_bandwidth_bps(w)` / `cluster.server_bandwidth_bps` (scaled by a network
-  file's measured p2p bandwidth, see `dag.nic_capacities_Bps`). A message from A to B is a flow over
+- NIC links, laid out by the topology (`sgdscale.comm.topology.Topology.ps_links`): with one
+  device per node and dedicated servers every worker and every server shard has a full-duplex
+  NIC, an uplink and a downlink; with several devices per node they share their node's NIC, and
+  colocated shards use their node's NIC, local traffic the intra-node link. Rates come from the
+  topology (a measured network file scales them all). A message from A to B is a flow over
   A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
   sends its messages FIFO; concurrent connections share links max-min fairly
-  (`sgdscale.fine.links`); each message is delivered `comm.p2p.alpha_s` after its last byte left;
+  (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
 - server shards: FIFO resources; applying a message costs its share of the profile's optimizer
   time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
 - receive before send (gloo's rendezvous): a point-to-point message only flows once its receiver
@@ -31,7 +33,7 @@ Strategies:
   that worker the fresh parameters; a worker's forward of layer l waits for the messages of its
   own previous push that hold l's tensors (the pull overlaps with forward, layer by layer).
 - allreduce: one communication stream; group g's collective starts when every worker produced it
-  and the previous collective is done, and lasts `comm.allreduce_s(bytes, N)` (slowest link paces
+  and the previous collective is done, and lasts the topology's all-reduce time (slowest link paces
   a ring); a worker's optimizer follows its backward and the last collective. This is the DAG
   that `sgdscale.fine.allreduce` evaluates in closed form: the two must agree (a test checks it).
 
