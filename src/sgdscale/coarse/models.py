@@ -232,10 +232,10 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
                       f"({_pct(wait, step_mean)} of the step)")
     else:
         bottleneck = f"compute: {_pct(compute, step_mean)} of each step is compute: scaling is near linear"
-    levels = {LEVEL_NIC: 2 * worker_nic_s, "server NIC": 2 * float(shard_nic_s.max(initial=0.0)),
-              "server update": update}
+    # busy seconds per step of each level's busiest link, one direction (push and pull mirror)
+    levels = {LEVEL_NIC: worker_nic_s, "server NIC": float(shard_nic_s.max(initial=0.0)), "server update": update}
     if intra_s > 0:
-        levels[LEVEL_INTRA] = 2 * intra_s
+        levels[LEVEL_INTRA] = intra_s
     return Outcome(
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean,
@@ -243,6 +243,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         bottleneck=bottleneck,
         utilization=utilization,
         levels=levels,
+        limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
     )
 
 
@@ -354,7 +355,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
                       f"{top_u:.0%} busy: add worker bandwidth")
     busy = {kind: max((u * cycle for name, u in util.items() if kinds[names.index(name)] == kind), default=0.0)
             for kind in ("push", "update", "pull")}
-    levels = {LEVEL_NIC: 2 * worker_nic, "server NIC": busy["push"] + busy["pull"], "server update": busy["update"]}
+    levels = {LEVEL_NIC: worker_nic, "server NIC": max(busy["push"], busy["pull"]), "server update": busy["update"]}
     return Outcome(
         iteration_s=steps,
         throughput=x * profile.batch_size,

@@ -73,7 +73,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.topology import Topology
+from sgdscale.comm.topology import LEVEL_NIC, Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
 from sgdscale.fine.links import EventQueue, HybridNetwork, LinkNetwork, NotAStar, StarNetwork
@@ -492,14 +492,24 @@ class _PsRun:
                               wait_s=float(np.mean(wait)))
         util = self.utilization()
         step_mean = float(np.mean(steps))
+        bottleneck = self._bottleneck(util, breakdown, step_mean, strategy)
         return Outcome(
             iteration_s=np.asarray(steps, dtype=float),
             throughput=float(throughput),
             breakdown=breakdown,
-            bottleneck=self._bottleneck(util, breakdown, step_mean, strategy),
+            bottleneck=bottleneck,
             utilization=util,
             timeline=self.trace,
+            levels=self._levels(util, step_mean),
+            limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
         )
+
+    def _levels(self, util: dict[str, float], step_s: float) -> dict[str, float]:
+        """Busy seconds per step of each level's busiest link or resource (one direction)."""
+        nic = max((max(up, down) for _, up, down in getattr(self, "_worker_nic", [])), default=0.0)
+        server_nic = max((v for k, v in util.items() if k.startswith("server ") and "NIC" in k), default=0.0)
+        update = max((v for k, v in util.items() if k.endswith(" update")), default=0.0)
+        return {LEVEL_NIC: nic * step_s, "server NIC": server_nic * step_s, "server update": update * step_s}
 
     def _bottleneck(self, util: dict[str, float], b: Breakdown, step_s: float, strategy: Strategy) -> str:
         if step_s <= 0:

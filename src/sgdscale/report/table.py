@@ -64,7 +64,7 @@ def prediction_table(prediction: Prediction) -> Table:
     table.add_column("compute", justify="right")
     table.add_column("exposed comm", justify="right")
     table.add_column("wait", justify="right")
-    table.add_column("limited by")
+    table.add_column("limited by", min_width=15)
     for result in prediction.results:
         b = result.breakdown
         table.add_row(
