@@ -186,3 +186,17 @@ def test_topology_answers_only_for_its_own_worker_count():
     topology = Topology(cluster(), comm())
     with pytest.raises(ValueError, match="4 workers"):
         topology.allreduce_times_s([1.0], 8)
+
+
+def test_a_measured_network_scales_every_nic_and_stays_reachable():
+    from sgdscale.comm.network import AlphaBeta, Network
+
+    net = Network(p2p=AlphaBeta(alpha_s=1e-4, beta_s_per_byte=1.6e-9))  # 5 Gbit/s measured
+    measured = CommModel.from_network(net)
+    topology = Topology(cluster(ps_bandwidth_bps=20e9, slow_links=((1, 1e9),)), measured)
+    assert topology.network is net
+    assert topology.nic_factor == pytest.approx(0.5)
+    assert topology.nic_Bps(3) == pytest.approx(5e9 / 8)  # nominal 10 Gbit/s, measured half
+    assert topology.nic_Bps(0) == pytest.approx(0.5e9 / 8)  # worker 1's node: 1 Gbit/s nominal
+    assert topology.server_nic_Bps == pytest.approx(10e9 / 8)
+    assert Topology(cluster(), comm()).network is None

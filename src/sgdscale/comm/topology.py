@@ -133,8 +133,10 @@ class Topology:
         return cls(cluster, comm, scheme, placement)
 
     @property
-    def measured(self) -> bool:
-        return bool(self.nic.measured_allreduce)
+    def network(self):
+        """The measured network file (`sgdscale.network/1`) behind the NIC costs, or None: where
+        per-network factors measured with it (e.g. interference, CPU cost per byte) are read."""
+        return self.nic.network
 
     # ---------------------------------------------------------------- links
 

@@ -109,7 +109,7 @@ def _spec_overrides(spec, workers: str | None, gpus: int, scales: tuple[float, .
 @click.option("--compute-scale", default=None, metavar="F,F,...",
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
-              help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable).")
+              help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable); on multi-device nodes its node's NIC.")
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Plot throughput and speedup vs workers.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
