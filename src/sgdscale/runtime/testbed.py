@@ -312,7 +312,8 @@ class Testbed:
     bandwidth_bps: every node's NIC rate, each direction. cpu_quota_cores: CPU cores per node (one
     number for all nodes, or one per node), e.g. 0.45 with 4 nodes on a 2-core machine; None means
     no quota. The node cgroups together must not promise more cores than the machine has.
-    pin_cpus: also give each node its own core(s) (see `pack_cpus`).
+    pin_cpus: also give each node its own core(s) (see `pack_cpus`). cfs_period_us: the CFS
+    bandwidth period (the quota is enforced per period; see the module docstring).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -325,6 +326,7 @@ class Testbed:
         name_prefix: str | None = None,
         *,
         pin_cpus: bool = False,
+        cfs_period_us: int = CFS_PERIOD_US,
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise UserError(f"an emulated cluster has 1 to {MAX_NODES} nodes, got {nodes}")
@@ -339,9 +341,9 @@ class Testbed:
             if len(quotas) != nodes:
                 raise UserError(f"got {len(quotas)} CPU quotas for {nodes} nodes; give one per node or one for all")
         for quota in quotas:
-            if quota is not None and quota * CFS_PERIOD_US < MIN_QUOTA_US:
+            if quota is not None and quota * cfs_period_us < MIN_QUOTA_US:
                 raise UserError(f"CPU quota {quota} cores is below the kernel's minimum "
-                                f"{MIN_QUOTA_US / CFS_PERIOD_US} cores per node")
+                                f"{MIN_QUOTA_US / cfs_period_us} cores per node")
         cores = os.cpu_count() or 1
         total = sum(q for q in quotas if q is not None)
         if total > cores + 1e-9:
@@ -350,6 +352,7 @@ class Testbed:
         self.nodes = nodes
         self.bandwidth_bps = float(bandwidth_bps)
         self.cpu_quotas = quotas
+        self.cfs_period_us = int(cfs_period_us)
         self.cpu_sets = pack_cpus(quotas, available_cpus()) if pin_cpus else None
         self.tbf = TbfParams.for_rate(self.bandwidth_bps)
         if name_prefix is None:
@@ -438,9 +441,9 @@ class Testbed:
         for node, quota in enumerate(self.cpu_quotas):
             group = self.cgroup(node)
             group.mkdir()
-            (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (group / "cpu.cfs_period_us").write_text(str(self.cfs_period_us))
             (group / "cpu.cfs_quota_us").write_text(
-                "-1" if quota is None else str(int(round(quota * CFS_PERIOD_US))))
+                "-1" if quota is None else str(int(round(quota * self.cfs_period_us))))
             for extra in self.node_cgroups(node)[1:]:
                 extra.mkdir()
                 if extra.parent == CGROUP_CPUSET_ROOT:
@@ -566,7 +569,7 @@ class Testbed:
                                 - before.stats[k].get("throttled_time", 0)) / 1e9,
             })
         busy_s = after.machine_busy_s - before.machine_busy_s
-        return {"wall_s": wall_s, "cfs_period_us": CFS_PERIOD_US, "pinned": self.cpu_sets is not None,
+        return {"wall_s": wall_s, "cfs_period_us": self.cfs_period_us, "pinned": self.cpu_sets is not None,
                 "nodes": nodes,
                 "other_load_cores": None if wall_s <= 0 else max(0.0, busy_s - ours_s) / wall_s}
 
