@@ -69,7 +69,7 @@ def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
         for method in ("fine", "coarse"):
             error = relative_error(row["predicted_throughput"][method], row["measured_throughput"])
             assert abs(error) <= BOUND, f"{row['key']} {method}: predicted {error:+.0%} off"
-    assert {item["method"] for item in summarize(rows)} == {"fine", "coarse"}
+    assert {item["method"] for item in summarize(rows)} == {"fine", "coarse", "fine-nominal", "coarse-nominal"}
 
 
 @pytest.mark.testbed

@@ -125,7 +125,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median and maximum absolute error per method and strategy, and per method overall."""
     rows = list(rows)
     summary = []
-    for method in ("fine", "coarse"):
+    for method in ("fine", "coarse", "fine-nominal", "coarse-nominal"):
         for strategy in sorted({r["strategy"] for r in rows}) + ["all"]:
             errors = [abs(r["error"][method]) for r in rows
                       if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
@@ -205,6 +205,9 @@ class Validator:
 
     # ---------------------------------------------------------------- one case
     def predict_case(self, case: Case, round_index: int = 0) -> dict[str, Any]:
+        """Both methods' results given the measured network file ("fine", "coarse") and given only
+        the nominal bandwidth and default latency ("fine-nominal", "coarse-nominal"), as a user
+        without a network benchmark would predict."""
         from sgdscale.cluster import Cluster
         from sgdscale.comm import CommModel, load_network
         from sgdscale.predict import predict
@@ -218,7 +221,13 @@ class Validator:
         strategy = Strategy(kind=case.strategy)
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
                              iterations=self.predict_iterations)
-        return {r.method: r for r in prediction.results if r.workers == case.workers}
+        results = {r.method: r for r in prediction.results if r.workers == case.workers}
+        nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
+        nominal = predict(profile, nominal_cluster, strategy,
+                          CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), [case.workers],
+                          methods=("fine", "coarse"), iterations=self.predict_iterations)
+        results.update({f"{r.method}-nominal": r for r in nominal.results if r.workers == case.workers})
+        return results
 
     def measure_case(self, case: Case) -> Any:
         from sgdscale.runtime.testbed import Testbed

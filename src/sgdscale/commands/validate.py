@@ -142,7 +142,8 @@ def validate(models: str, workers_text: str, bandwidth_text: str, strategies: st
 
     # The plot shows every case in the results file (earlier grids written to the same folder too).
     points = [{"predicted": row["predicted_throughput"][m], "measured": row["measured_throughput"], "method": m,
-               "strategy": row["strategy"]} for row in rows for m in row["predicted_throughput"]]
+               "strategy": row["strategy"], "band": row.get("measured_band")}
+              for row in rows for m in ("fine", "coarse") if m in row["predicted_throughput"]]
     plot_validation(points, out_dir / "validation.png", title=f"predicted vs measured throughput ({len(rows)} cases)")
     out.print(f"results: {out_dir / 'results.json'}; plot: {out_dir / 'validation.png'}")
 
