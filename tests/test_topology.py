@@ -93,8 +93,10 @@ def test_auto_takes_the_cheapest_per_message_and_tree_wins_small_messages_on_man
     np.testing.assert_allclose(cost.total_s, np.minimum.reduce([each[s] for s in each]))
 
 
-def test_one_node_never_touches_the_nic():
-    topology = Topology(cluster(workers=4, gpus=8), comm(), "hierarchical")
+@pytest.mark.parametrize("scheme", ["flat", "hierarchical"])
+def test_one_node_never_touches_the_nic(scheme):
+    """4 GPUs in one node: a ring over the intra-node link, whatever the NIC."""
+    topology = Topology(cluster(workers=4, gpus=8), comm(), scheme)
     assert topology.nodes == 1 and topology.gpus == 4
     cost = topology.allreduce_cost([M])
     assert cost.nic_s[0] == 0

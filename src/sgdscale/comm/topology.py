@@ -20,8 +20,8 @@ per level (gamma: reduction cost per byte):
   halving-doubling), ranks node-major. Every step runs in lock step, so it is paced by the slowest
   link a step uses: alpha = max(alpha_i, alpha_e), beta = max(beta_i, beta_e). A node-major ring
   crosses each NIC with one flow per direction, so the NIC carries 2(N-1)/N*M per direction (more
-  than hierarchical's 2(n-1)/n*M when G > 1). With G = 1 this is exactly the pre-topology model,
-  measured fits and curves included.
+  than hierarchical's 2(n-1)/n*M when G > 1). On a single node only the intra-node link is used.
+  With G = 1 this is exactly the pre-topology model, measured fits and curves included.
 - `hierarchical` (Horovod's hierarchical all-reduce; NCCL's ring does the same bytes over NVLink):
   ring reduce-scatter inside the node, (G-1)(alpha_i + M/G*beta_i) + (G-1)/G*M*gamma; all-reduce
   of the node's M bytes across the n nodes with `Strategy.algorithm` on the NIC (the G devices'
@@ -186,8 +186,10 @@ class Topology:
             return zero, self.inter.allreduce_times_s(sizes, n)
         ai, bi, gamma = self.intra.alpha_s, self.intra.beta_s_per_byte, self.gamma_s_per_byte
         if scheme == "flat":
+            if n == 1:  # every device on one node: the NIC is never used
+                return CommModel(self.intra, self.algorithm, gamma).allreduce_times_s(sizes, self.workers), zero
             total = self._flat_multi().allreduce_times_s(sizes, self.workers)
-            if self.inter.p2p.beta_s_per_byte >= bi and n > 1:
+            if self.inter.p2p.beta_s_per_byte >= bi:
                 return zero, total
             return total, zero
         if scheme == "hierarchical":
@@ -220,10 +222,7 @@ class Topology:
     def allreduce_times_s(self, sizes_bytes: np.ndarray | list[float], workers: int | None = None) -> np.ndarray:
         """Total all-reduce time of each message size (zeros for one worker)."""
         self._check_workers(workers)
-        cost = self.allreduce_cost(sizes_bytes)
-        if self.gpus == 1 and self.scheme != "auto":
-            return cost.nic_s  # identical floats to the pre-topology model
-        return cost.total_s
+        return self.allreduce_cost(sizes_bytes).total_s
 
     def allreduce_linear(self, workers: int | None = None) -> AlphaBeta | None:
         """t = A + B*M of the scheme (MG-WFBP plans with it); None for one worker.
