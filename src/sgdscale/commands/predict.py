@@ -67,6 +67,62 @@ def _spec_overrides(spec, workers: str | None, gpus: int, scales: tuple[float, .
     return scales, links
 
 
+def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: int | None,
+                    intra_bandwidth: str | None, intra_latency: str | None, cluster_file: str | None,
+                    bandwidth: str | None, latency: str | None, ps_count: int, ps_bandwidth: str | None,
+                    algorithm: str, network_file: str | None, compute_scale: str | None = None,
+                    slow_links: tuple[str, ...] = ()):
+    """The cluster options of `predict` (shared with `advise` and `sweep`) as (worker counts,
+    Cluster with `workers` set for per-worker options or 1, the NIC's CommModel)."""
+    from sgdscale.cluster import Cluster
+    from sgdscale.clusters import load_cluster
+    from sgdscale.comm import CommModel, load_network
+    from sgdscale.units import parse_bandwidth_bps, parse_time_s, parse_workers
+
+    spec = load_cluster(cluster_file) if cluster_file else None
+    gpus = gpus_per_node if gpus_per_node is not None else (spec.gpus_per_node if spec else 1)
+    if gpus < 1:
+        raise UserError(f"--gpus-per-node must be at least 1, got {gpus}")
+    if nodes is not None and workers is not None:
+        raise UserError("give --workers (total devices) or --nodes, not both")
+    if nodes is None and workers is None and spec is not None and spec.nodes is not None:
+        nodes = str(spec.nodes)
+    if nodes is not None:
+        workers = ",".join(str(n * gpus) for n in parse_workers(nodes))
+    scales = _parse_scales(compute_scale) if compute_scale else ()
+    links = tuple(_parse_slow_link(text) for text in slow_links)
+    if spec is not None and (spec.slow_nodes or spec.slow_nics):
+        scales, links = _spec_overrides(spec, workers, gpus, scales, links)
+    counts = _worker_counts(workers, scales, links)
+    nic_bps = spec.nic.bandwidth_bps if spec else 10e9
+    nic_latency_s = spec.nic.latency_s if spec else 20e-6
+    if network_file:
+        # The measured network is the NIC: its fits cost every message; --bandwidth, if given, is
+        # the nominal rate that slow-NIC overrides are relative to (sgdscale.comm.topology).
+        network = load_network(network_file)
+        comm = CommModel.from_network(network, algorithm)
+        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else 8.0 / network.p2p.beta_s_per_byte
+        latency_s = parse_time_s(latency, "latency") if latency else network.p2p.alpha_s
+    else:
+        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else nic_bps
+        latency_s = parse_time_s(latency, "latency") if latency else nic_latency_s
+        comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
+    if ps_bandwidth:
+        ps_bps = parse_bandwidth_bps(ps_bandwidth)
+    else:
+        ps_bps = spec.servers.bandwidth if spec else None
+    if spec is not None and ps_count == 1:
+        ps_count = spec.servers.count
+    intra_bps = parse_bandwidth_bps(intra_bandwidth) if intra_bandwidth else (
+        spec.intra.bandwidth_bps if spec else 128e9)
+    intra_s = parse_time_s(intra_latency, "intra-node latency") if intra_latency else (
+        spec.intra.latency_s if spec else 5e-6)
+    cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
+                      links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s)
+
+    return counts, cluster, comm
+
+
 @click.command("predict")
 @click.argument("profile")
 @click.option("--workers", "-n", metavar="COUNTS", default=None,
@@ -136,13 +192,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     """
     from rich.console import Console
 
-    from sgdscale.cluster import Cluster
-    from sgdscale.clusters import load_cluster
-    from sgdscale.comm import CommModel, load_network
     from sgdscale.predict import predict
     from sgdscale.profile import load_profile
     from sgdscale.strategy import MIB, Strategy
-    from sgdscale.units import parse_bandwidth_bps, parse_time_s, parse_workers
 
     console = Console()
     if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
@@ -158,47 +210,12 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
                     placement=placement, allreduce=allreduce_scheme, ps_placement=ps_placement)
 
-    spec = load_cluster(cluster_file) if cluster_file else None
-    gpus = gpus_per_node if gpus_per_node is not None else (spec.gpus_per_node if spec else 1)
-    if gpus < 1:
-        raise UserError(f"--gpus-per-node must be at least 1, got {gpus}")
-    if nodes is not None and workers is not None:
-        raise UserError("give --workers (total devices) or --nodes, not both")
-    if nodes is None and workers is None and spec is not None and spec.nodes is not None:
-        nodes = str(spec.nodes)
-    if nodes is not None:
-        workers = ",".join(str(n * gpus) for n in parse_workers(nodes))
-    scales = _parse_scales(compute_scale) if compute_scale else ()
-    links = tuple(_parse_slow_link(text) for text in slow_links)
-    if spec is not None and (spec.slow_nodes or spec.slow_nics):
-        scales, links = _spec_overrides(spec, workers, gpus, scales, links)
-    counts = _worker_counts(workers, scales, links)
+    counts, cluster, comm = resolve_cluster(
+        workers=workers, nodes=nodes, gpus_per_node=gpus_per_node, intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency, cluster_file=cluster_file, bandwidth=bandwidth, latency=latency,
+        ps_count=ps_count, ps_bandwidth=ps_bandwidth, algorithm=algorithm, network_file=network_file,
+        compute_scale=compute_scale, slow_links=slow_links)
     loaded = load_profile(profile)
-    nic_bps = spec.nic.bandwidth_bps if spec else 10e9
-    nic_latency_s = spec.nic.latency_s if spec else 20e-6
-    if network_file:
-        # The measured network is the NIC: its fits cost every message; --bandwidth, if given, is
-        # the nominal rate that slow-NIC overrides are relative to (sgdscale.comm.topology).
-        network = load_network(network_file)
-        comm = CommModel.from_network(network, algorithm)
-        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else 8.0 / network.p2p.beta_s_per_byte
-        latency_s = parse_time_s(latency, "latency") if latency else network.p2p.alpha_s
-    else:
-        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else nic_bps
-        latency_s = parse_time_s(latency, "latency") if latency else nic_latency_s
-        comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
-    if ps_bandwidth:
-        ps_bps = parse_bandwidth_bps(ps_bandwidth)
-    else:
-        ps_bps = spec.servers.bandwidth if spec else None
-    if spec is not None and ps_count == 1:
-        ps_count = spec.servers.count
-    intra_bps = parse_bandwidth_bps(intra_bandwidth) if intra_bandwidth else (
-        spec.intra.bandwidth_bps if spec else 128e9)
-    intra_s = parse_time_s(intra_latency, "intra-node latency") if intra_latency else (
-        spec.intra.latency_s if spec else 5e-6)
-    cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
-                      links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s)
 
     with _progress(err, len(counts) * len(methods)) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
