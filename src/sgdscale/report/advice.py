@@ -1,0 +1,64 @@
+"""The `sgdscale advise` printout: a ranking table per worker count, then each answer with its why."""
+
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+
+from sgdscale.advise import Advice, summary_lines
+from sgdscale.units import format_bandwidth, format_bytes, format_seconds
+
+
+def print_advice(console, advice: Advice) -> None:
+    inputs, answers, search = advice.inputs, advice.answers, advice.search
+    nodes = (f", nodes of {inputs['gpus_per_node']} devices ({format_bandwidth(inputs['intra_bandwidth_bps'])} inside)"
+             if inputs["gpus_per_node"] > 1 else "")
+    console.print(f"{inputs['model']}: batch {inputs['batch_size']} per worker, "
+                  f"{format_bytes(inputs['gradient_bytes'])} of gradients, one device alone "
+                  f"{inputs['single_device_throughput']:,.1f} samples/s | NIC {format_bandwidth(inputs['bandwidth_bps'])}, "
+                  f"latency {format_seconds(inputs['latency_s'])}{nodes} | efficiency = samples/s / (N x one device "
+                  f"without communication)", highlight=False, soft_wrap=True)
+    table = Table(title="Best configurations per worker count", title_justify="left", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    for name, justify in (("workers", "right"), ("best configuration", "left"), ("samples/s", "right"),
+                          ("effic.", "right"), ("limited by", "left"), ("runner-up", "left"),
+                          ("margin", "right")):
+        table.add_column(name, justify=justify)
+    for row in answers["ranking"]:
+        best = row["ranked"][0]
+        runner = row["ranked"][1] if len(row["ranked"]) > 1 else None
+        margin = f"+{(best['throughput'] / runner['throughput'] - 1) * 100:.1f}%" if runner else "-"
+        name = best["label"] + (f" [{best['method']}]" if best["method"] == "fine" else "")
+        table.add_row(str(row["workers"]), name, f"{best['throughput']:,.1f}", f"{best['efficiency']:.0%}",
+                      best["limited_by"] or "-", runner["label"] if runner else "-", margin)
+    console.print(table)
+    console.print("Why the winner wins (per worker count):", highlight=False)
+    for row in answers["ranking"]:
+        console.print(f"  {row['workers']:>5} workers: {row['why']}", highlight=False, soft_wrap=True)
+    if "bucket" in answers:
+        table = Table(title="Best DDP bucket size", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for name in ("workers", "bucket", "samples/s", "vs 25 MiB", "MG-WFBP samples/s"):
+            table.add_column(name, justify="right")
+        for row in answers["bucket"]:
+            vs = row["vs_default_25mib"]
+            table.add_row(str(row["workers"]), f"{row['bucket_mib']:g} MiB ({row['best']['config']['allreduce']})",
+                          f"{row['best']['throughput']:,.1f}", "-" if vs is None else f"{vs * 100:+.1f}%",
+                          f"{row['mg_wfbp']['throughput']:,.1f}")
+        console.print(table)
+    if "bandwidth" in answers and answers["bandwidth"]["per_workers"]:
+        table = Table(title=f"NIC bandwidth needed for {answers['bandwidth']['target_throughput']:,.0f} samples/s",
+                      title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+        for name, justify in (("workers", "right"), ("bandwidth", "right"), ("configuration", "left"),
+                              ("samples/s", "right"), ("effic.", "right")):
+            table.add_column(name, justify=justify)
+        for row in answers["bandwidth"]["per_workers"]:
+            p = row["point"]
+            table.add_row(str(row["workers"]), format_bandwidth(row["bandwidth_bps"]), p["label"],
+                          f"{p['throughput']:,.1f}", f"{p['efficiency']:.0%}")
+        console.print(table)
+    for line in summary_lines(advice):
+        console.print(line, highlight=False, soft_wrap=True)
+    confirm = f", top {search['confirm']}-confirmed" if search.get("confirm") else ""
+    console.print(f"search: {search['configurations']} configurations x {search['worker_counts']} worker counts, "
+                  f"{search['predictions']} predictions ({search['method']}{confirm}), {search['pruned_by_bound']} "
+                  f"skipped by upper bounds, {search['wall_s']:.2f} s", highlight=False)
