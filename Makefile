@@ -16,7 +16,7 @@ $(BIN)/.core: pyproject.toml
 $(BIN)/.full: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[torch,dev]'
+	$(BIN)/pip install --quiet -e '.[torch,dev,sweep]'
 	touch $@ $(BIN)/.core
 
 setup: $(BIN)/.core

@@ -81,13 +81,18 @@ def load_spec(path: str) -> dict[str, Any]:
         raise UserError(f"--spec {path}: no such file") from None
     try:
         if file.suffix in (".yaml", ".yml"):
-            import yaml
-
+            try:
+                import yaml
+            except ImportError:
+                raise UserError("YAML specs need PyYAML (pip install 'sgdscale[sweep]'); or write the spec as JSON") \
+                    from None
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)
     except json.JSONDecodeError as error:
         raise UserError(f"{path}: not valid JSON (line {error.lineno}: {error.msg})") from None
+    except UserError:
+        raise
     except Exception as error:  # yaml.YAMLError; yaml imported lazily
         raise UserError(f"{path}: not valid YAML ({str(error).splitlines()[0]})") from None
     if not isinstance(data, dict):
