@@ -158,6 +158,7 @@ class Advisor:
         self.pruned = 0
         self.predict_s = 0.0
         self._base: dict[str, float] = {}
+        self._shards: dict[Config, Any] = {}
 
     # ------------------------------------------------------------------ predictions
 
@@ -243,12 +244,11 @@ class Advisor:
         return min(bound, steps_per_s * batch * (1 + 1e-6))
 
     def _shard_bytes(self, config: Config):
-        key = ("shards", config)
-        if key not in self.cache:
+        if config not in self._shards:
             from sgdscale.coarse.phases import shard_bytes
 
-            self.cache[key] = shard_bytes(self.profile, config.strategy(self.comm.algorithm), config.ps_count)
-        return self.cache[key]
+            self._shards[config] = shard_bytes(self.profile, config.strategy(self.comm.algorithm), config.ps_count)
+        return self._shards[config]
 
     # ------------------------------------------------------------------ questions
 
@@ -664,9 +664,11 @@ def summary_lines(advice: Advice) -> Iterable[str]:
                    f"{m['searched'][0]}-{m['searched'][1]} workers reach it")
         else:
             b = m["best"]
+            edge = (" (the largest count searched: give larger --workers to look further)"
+                    if m["max_workers"] == m["searched"][1] else "")
             yield (f"Most workers at >= {m['target_efficiency']:.0%} efficiency: {m['max_workers']} workers with "
                    f"{b['label']} ({b['throughput']:,.0f} samples/s, efficiency {b['efficiency']:.0%}, limited by "
-                   f"{b['limited_by']})")
+                   f"{b['limited_by']}){edge}")
             yield f"  why: {m['why']}"
     if "bandwidth" in a:
         bw = a["bandwidth"]

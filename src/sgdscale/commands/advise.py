@@ -97,8 +97,12 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
         raise UserError(f"unknown --method '{method}'; choose coarse or fine")
     iterations, warmup = cluster_options.pop("iterations"), cluster_options.pop("warmup")
     seed, no_variability = cluster_options.pop("seed"), cluster_options.pop("no_variability")
-    if cluster_options["workers"] is None and cluster_options["nodes"] is None and not cluster_options["cluster_file"]:
-        cluster_options["workers"] = DEFAULT_ADVISE_WORKERS
+    if cluster_options["workers"] is None and cluster_options["nodes"] is None:
+        from sgdscale.clusters import load_cluster
+
+        spec = load_cluster(cluster_options["cluster_file"]) if cluster_options["cluster_file"] else None
+        if spec is None or spec.nodes is None:
+            cluster_options["workers"] = DEFAULT_ADVISE_WORKERS
     counts, cluster, comm = resolve_cluster(ps_count=1, **cluster_options)
     loaded = load_profile(profile)
     with console.status("searching", spinner="dots") if console.is_terminal else _nothing():
