@@ -409,7 +409,10 @@ def explain(winner: Point, runner: Point | None, gpus_per_node: int = 1, what: s
     if runner is None:
         return f"{w_label}: the only candidate; {winner.bottleneck}"
     r_label = runner.config.label(gpus_per_node)
-    if what == "faster":
+    if what == "faster" and abs(winner.throughput - runner.throughput) <= 5e-4 * runner.throughput:
+        head = (f"{w_label}: ties with {r_label} ({winner.throughput:,.0f} samples/s at {winner.workers} workers, "
+                "within 0.05%; the same groups or the same bottleneck)")
+    elif what == "faster":
         head = (f"{w_label}: {_pct(winner.throughput, runner.throughput)} "
                 f"{'faster' if winner.throughput >= runner.throughput else 'slower'} than {r_label} "
                 f"({winner.throughput:,.0f} vs {runner.throughput:,.0f} samples/s at {winner.workers} workers)")
