@@ -56,7 +56,8 @@ from sgdscale.profile import PROFILE_SCHEMA, IterationStats, Profile
 STEP = re.compile(r"^ProfilerStep#(\d+)$")
 MODULE = re.compile(r"^nn\.Module: (.+)_(\d+)$")
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
-ACCUMULATE = BACKWARD_PREFIX + "torch::autograd::AccumulateGrad"
+INNER_ACCUMULATE = "torch::autograd::AccumulateGrad"
+ACCUMULATE = BACKWARD_PREFIX + INNER_ACCUMULATE
 RECORD_HINT = ("record it with torch.profiler.profile(with_stack=True, with_modules=True, schedule=...) "
                "and call prof.step() after every training step")
 US = 1e-6
@@ -147,6 +148,7 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
     owned_classes = {mod.cls for mod in info.modules}
     mapping = _match_modules(info, {i for i in instances if i[0] in owned_classes}, path)
     tensor_layer = [li for li, mod in enumerate(info.modules) for _ in mod.params]
+    tensor_shapes = [list(t.shape) for mod in info.modules for t in mod.params]
     first_tensor = [sum(len(m.params) for m in info.modules[:li]) for li in range(len(info.modules))]
     n_layers, n_tensors = len(info.modules), len(tensor_layer)
 
@@ -157,7 +159,8 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
         lo = bisect.bisect_left(starts, step.ts)
         hi = bisect.bisect_right(starts, step.end)
         inside = [e for e in by_start[lo:hi] if e.end <= step.end + 1e-3]
-        parsed.append(_read_step(step, inside, mapping, tensor_layer, first_tensor, n_layers, n_tensors, path))
+        parsed.append(_read_step(step, inside, mapping, tensor_layer, tensor_shapes, first_tensor, n_layers, n_tensors,
+                                 path))
 
     order = list(dict.fromkeys(li for s in parsed for li in s.calls))
     order += [li for li in range(n_layers) if li not in order]
@@ -212,7 +215,8 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
 
 
 def _read_step(step: _Event, inside: list[_Event], mapping: dict[tuple[str, int], int], tensor_layer: list[int],
-               first_tensor: list[int], n_layers: int, n_tensors: int, path: Path) -> _Step:
+               tensor_shapes: list[list[int]], first_tensor: list[int], n_layers: int, n_tensors: int,
+               path: Path) -> _Step:
     label = step.name
     backward_ops = [e for e in inside if e.name.startswith(BACKWARD_PREFIX)]
     if not backward_ops:
@@ -247,7 +251,9 @@ def _read_step(step: _Event, inside: list[_Event], mapping: dict[tuple[str, int]
             f"the model-info lists {n_tensors} parameter tensors; {HOW_TO_WRITE} (the same model as traced)")
     producers = sorted((e for e in backward_ops if e.name != ACCUMULATE), key=lambda e: e.end)
     producer_ends = [e.end for e in producers]
-    per_layer: dict[int, list[float]] = {}
+    inner = sorted((e for e in inside if e.name == INNER_ACCUMULATE), key=lambda e: e.ts)
+    inner_starts = [e.ts for e in inner]
+    per_layer: dict[int, list[tuple[float, Any]]] = {}
     for acc in accumulates:
         layer = None
         i = bisect.bisect_right(producer_ends, acc.ts + 1e-3) - 1
@@ -257,16 +263,21 @@ def _read_step(step: _Event, inside: list[_Event], mapping: dict[tuple[str, int]
         if layer is None:
             raise UserError(f"{path}: a gradient in {label} cannot be traced back to a module (its backward op has "
                             "no Sequence number linking it to a forward op); " + RECORD_HINT)
-        per_layer.setdefault(layer, []).append((acc.end - bwd_start) * US)
-    for li, times in per_layer.items():
-        expected = tensor_layer.count(li)
-        if len(times) != expected:
+        j = bisect.bisect_left(inner_starts, acc.ts)
+        shape = None
+        if j < len(inner) and inner[j].end <= acc.end + 1e-3:
+            dims = inner[j].args.get("Input Dims")
+            shape = list(dims[0]) if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
+        per_layer.setdefault(layer, []).append(((acc.end - bwd_start) * US, shape))
+    for li, grads in per_layer.items():
+        shapes = tensor_shapes[first_tensor[li]:first_tensor[li] + tensor_layer.count(li)]
+        if len(grads) != len(shapes):
             raise UserError(
-                f"model-info does not match the trace {path.name}: in {label}, {len(times)} gradients come from the "
-                f"module it lists as #{li} with {expected} tensors; {HOW_TO_WRITE} (in forward call order)")
-        for offset, t in zip(reversed(range(expected)), sorted(times)):
+                f"model-info does not match the trace {path.name}: in {label}, {len(grads)} gradients come from the "
+                f"module it lists as #{li} with {len(shapes)} tensors; {HOW_TO_WRITE} (in forward call order)")
+        for offset, t in _assign(grads, shapes, label, li, path):
             result.ready[first_tensor[li] + offset] = t
-    last = {li: max(times) for li, times in per_layer.items()}
+    last = {li: max(t for t, _ in grads) for li, grads in per_layer.items()}
     previous = 0.0
     for li in sorted(last, key=last.get):  # type: ignore[arg-type]
         result.backward[li] += last[li] - previous
@@ -279,6 +290,28 @@ def _read_step(step: _Event, inside: list[_Event], mapping: dict[tuple[str, int]
     parts = sum(result.forward) + sum(result.backward) + result.optimizer_s
     result.data_s = max(0.0, result.duration_s - parts)
     return result
+
+
+def _assign(grads: list[tuple[float, Any]], shapes: list[list[int]], label: str, layer: int,
+            path: Path) -> list[tuple[int, float]]:
+    """Match one module's accumulated gradients to its tensors: by shape where the trace recorded
+    shapes (record_shapes=True) and it tells them apart, else in reverse registration order."""
+    free = list(range(len(shapes)))[::-1]
+    pairs: list[tuple[int, float]] = []
+    pending = []
+    for t, shape in sorted(grads, key=lambda g: g[0]):
+        candidates = [i for i in free if shape is not None and shapes[i] == shape]
+        if shape is not None and not candidates and shape not in shapes:
+            raise UserError(f"model-info does not match the trace {path.name}: in {label} a gradient of shape {shape} "
+                            f"comes from the module it lists as #{layer}, whose tensors have shapes {shapes}; "
+                            + HOW_TO_WRITE)
+        if len(candidates) == 1:
+            free.remove(candidates[0])
+            pairs.append((candidates[0], t))
+        else:
+            pending.append(t)
+    pairs += list(zip(free, pending))
+    return pairs
 
 
 def _owner(producer: _Event, forward_by_seq: dict[Any, list[_Event]],
