@@ -129,6 +129,7 @@ def test_imported_trace_matches_sgdscale_profiler(model, tmp_path, capsys):
         worst.append((layer_gap, forward_gap))
         if layer_gap <= 0.10 and forward_gap <= 0.12:
             break
+    print(f"\n{model}: (max per-layer share gap, forward-share gap) per round: {worst}")
     assert min(worst)[0] <= 0.10 and min(worst, key=lambda w: w[1])[1] <= 0.12, worst
 
 
