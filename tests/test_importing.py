@@ -262,3 +262,52 @@ def test_bcaffe_and_osu_bad_inputs(tmp_path, capsys):
     unnamed = tmp_path / "latency.txt"
     unnamed.write_text("4 54.5\n8 50.3\n")
     assert_user_error(["import", "osu", BCAFFE / "allreduce2.log", unnamed, "-o", out], capsys, out, "--workers")
+
+
+def test_tied_weights_and_residual_blocks_import_with_the_profilers_structure(tmp_path, capsys):
+    """GPT-2's LM head shares the embedding's weight (a layer with no tensors of its own) and
+    ResNet's blocks add in place: layers, tensors and gradient order still match `sgdscale profile`."""
+    pytest.importorskip("torch")
+    from sgdscale.profiling.profiler import profile_workload
+    from sgdscale.profiling.zoo import build_workload
+
+    for model, options, batch in (("gpt2", {"layers": 1, "hidden": 32, "heads": 2, "vocab": 50, "seq_len": 8}, 4),
+                                  ("resnet18", {"image_size": 32}, 4)):
+        info = tmp_path / f"{model}.info.json"
+        opts = []
+        for key, value in options.items():
+            opts += (["--image-size", value] if key == "image_size" else
+                     ["--seq-len", value] if key == "seq_len" else ["--option", f"{key}={value}"])
+        assert run(["import", "model-info", model, "-o", info, *opts], capsys)[0] == 0
+        workload = build_workload(model, **options)
+        trace = tmp_path / f"{model}.trace.json"
+        _record_call(workload, batch, trace)
+        out = tmp_path / f"{model}.json"
+        code, _, err = run(["import", "kineto", trace, "--model-info", info, "--batch-size", batch, "-o", out], capsys)
+        assert code == 0, err
+        imported = load_profile(out)
+        own = profile_workload(workload, batch, warmup=1, iterations=2, threads=1)
+        assert [(layer.name, [t.name for t in layer.params]) for layer in imported.layers] == \
+            [(layer.name, [t.name for t in layer.params]) for layer in own.layers]
+        assert imported.gradient_bytes == own.gradient_bytes
+        order = lambda p: sorted(p.tensors, key=lambda t: t.grad_ready_s)[-1].name  # noqa: E731
+        assert order(imported) == order(own)  # the last gradient (the tied embedding's for gpt2)
+        if model == "gpt2":
+            assert next(layer for layer in imported.layers if layer.name == "lm_head").params == []
+
+
+def _record_call(workload, batch_size: int, path: Path) -> None:
+    """Like `_record`, for models whose batch is a dict or tuple of inputs."""
+    torch = pytest.importorskip("torch")
+    from sgdscale.profiling.profiler import _call
+
+    optimizer = torch.optim.SGD(workload.module.parameters(), lr=1e-3)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True, with_modules=True,
+                                record_shapes=True, schedule=torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1),
+                                on_trace_ready=lambda prof: prof.export_chrome_trace(str(path))) as prof:
+        for _ in range(3):
+            x, y = workload.make_batch(batch_size)
+            optimizer.zero_grad(set_to_none=True)
+            workload.loss_fn(_call(workload.module, x), y).backward()
+            optimizer.step()
+            prof.step()

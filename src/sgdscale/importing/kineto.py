@@ -110,20 +110,23 @@ def _load_events(path: Path) -> tuple[dict[str, Any], list[_Event]]:
 
 
 def _match_modules(info: ModelInfo, instances: set[tuple[str, int]], path: Path) -> dict[tuple[str, int], int]:
-    """Trace module instance (class, k) -> layer index in `info.modules`: the profiler numbers each
-    class's instances in the order it first meets them, which is the model-info's forward order."""
-    by_class: dict[str, list[int]] = {}
-    for index, module in enumerate(info.modules):
-        by_class.setdefault(module.cls, []).append(index)
+    """Trace module instance (class, k) -> layer index: the profiler numbers each class's instances
+    in the order it first calls them, which is the model-info's forward order of called modules."""
+    layer_of = {id(m): li for li, m in enumerate(info.layers)}
+    by_class: dict[str, list[Any]] = {}
+    for module in info.modules:
+        if module.called:
+            by_class.setdefault(module.cls, []).append(module)
     mapping: dict[tuple[str, int], int] = {}
-    for cls, layers in by_class.items():
+    for cls in {m.cls for m in info.layers}:
+        listed = by_class.get(cls, [])
         seen = sorted(k for c, k in instances if c == cls)
-        if len(seen) != len(layers):
+        if len(seen) != len(listed):
             raise UserError(
-                f"model-info does not match the trace {path.name}: it lists {len(layers)} parameter-owning "
-                f"{cls} module{'s' if len(layers) != 1 else ''}, the trace calls {len(seen)}; "
+                f"model-info does not match the trace {path.name}: it lists {len(listed)} called {cls} "
+                f"module{'s' if len(listed) != 1 else ''}, the trace calls {len(seen)}; "
                 f"{HOW_TO_WRITE} (the same model, configuration and forward pass as traced)")
-        mapping.update({(cls, k): layer for k, layer in zip(seen, layers)})
+        mapping.update({(cls, k): layer_of[id(m)] for k, m in zip(seen, listed) if id(m) in layer_of})
     return mapping
 
 
@@ -145,12 +148,12 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
         raise UserError(f"{path} has no 'nn.Module: ...' events (the trace was recorded without with_stack=True); "
                         + RECORD_HINT)
     instances = {(m.group(1), int(m.group(2))) for m in (MODULE.match(e.name) for e in modules) if m}
-    owned_classes = {mod.cls for mod in info.modules}
-    mapping = _match_modules(info, {i for i in instances if i[0] in owned_classes}, path)
-    tensor_layer = [li for li, mod in enumerate(info.modules) for _ in mod.params]
-    tensor_shapes = [list(t.shape) for mod in info.modules for t in mod.params]
-    first_tensor = [sum(len(m.params) for m in info.modules[:li]) for li in range(len(info.modules))]
-    n_layers, n_tensors = len(info.modules), len(tensor_layer)
+    mapping = _match_modules(info, instances, path)
+    info_layers = info.layers
+    tensor_layer = [li for li, mod in enumerate(info_layers) for _ in mod.params]
+    tensor_shapes = [list(t.shape) for mod in info_layers for t in mod.params]
+    first_tensor = [sum(len(m.params) for m in info_layers[:li]) for li in range(len(info_layers))]
+    n_layers, n_tensors = len(info_layers), len(tensor_layer)
 
     by_start = sorted(events, key=lambda e: e.ts)
     starts = [e.ts for e in by_start]
@@ -166,7 +169,7 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
     order += [li for li in range(n_layers) if li not in order]
     layers = []
     for li in order:
-        module = info.modules[li]
+        module = info_layers[li]
         fwd = [s.forward[li] for s in parsed]
         bwd = [s.backward[li] for s in parsed]
         params = []

@@ -5,10 +5,14 @@ parameter tensors a module owns or how big they are. This small file supplies th
 the same model that was traced (`sgdscale import model-info MODEL -o info.json`, or one line of
 Python: ``sgdscale.importing.modelinfo.write_model_info(module, "info.json")``).
 
-`modules` lists every module that directly owns trainable parameters, in forward call order when
-an example batch was run through the model (else registration order), with its class name: the
-profiler names module instances ``nn.Module: <Class>_<k>``, numbering each class's instances in
-the order it first meets them, which is how the importer matches the two.
+`modules` lists the model's modules in forward call order when an example batch was run through
+the model (else registration order), each with its class name, because the profiler names module
+instances ``nn.Module: <Class>_<k>``, numbering each class's instances in the order it first calls
+them: listing every called instance of a class, with or without parameters, is what lets the
+importer match the two. `owns_params` marks the layers (modules owning trainable parameters
+directly, as in `sgdscale profile`); a parameter shared by several modules belongs to the first
+(GPT-2's tied LM head stays a layer with no tensors). Modules never called are listed last with
+``called: false``.
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ class TensorInfo(_Strict):
 class ModuleInfo(_Strict):
     name: str
     cls: str = Field(alias="class")
-    params: list[TensorInfo] = Field(min_length=1)
+    owns_params: bool = True
+    called: bool = True
+    params: list[TensorInfo] = Field(default_factory=list)
 
 
 class ModelInfo(_Strict):
@@ -48,6 +54,11 @@ class ModelInfo(_Strict):
     model: str
     order: str = Field(description="'forward' (call order measured) or 'registration'")
     modules: list[ModuleInfo] = Field(min_length=1)
+
+    @property
+    def layers(self) -> list[ModuleInfo]:
+        """The modules that become profile layers, in listed order."""
+        return [m for m in self.modules if m.owns_params]
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
@@ -79,37 +90,42 @@ def model_info_from_module(module: Any, name: str, example: Any = None) -> Model
     """Describe `module` (an nn.Module). With `example` (a callable running one forward pass, e.g.
     ``lambda: model(x)``) the modules are listed in forward call order, as the profiler meets them;
     without it, in registration order (the same for most models)."""
-    owners = [(n, m) for n, m in module.named_modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    everything = list(module.named_modules())
     order = "registration"
+    called = list(range(len(everything)))
     if example is not None:
-        called: list[int] = []
-        ids = {id(m): i for i, (_, m) in enumerate(owners)}
+        seen_calls: list[int] = []
+        ids = {id(m): i for i, (_, m) in enumerate(everything)}
 
         def hook(m: Any, _args: Any) -> None:
-            if ids[id(m)] not in called:
-                called.append(ids[id(m)])
+            if ids[id(m)] not in seen_calls:
+                seen_calls.append(ids[id(m)])
 
-        handles = [m.register_forward_pre_hook(hook) for _, m in owners]
+        handles = [m.register_forward_pre_hook(hook) for _, m in everything]
         try:
             example()
         finally:
             for h in handles:
                 h.remove()
-        owners = [owners[i] for i in called] + [o for i, o in enumerate(owners) if i not in called]
-        order = "forward"
-    seen: set[int] = set()
+        called, order = seen_calls, "forward"
+    listed = called + [i for i in range(len(everything)) if i not in called]
+    assigned: set[int] = set()
     modules = []
-    for module_name, m in owners:
+    for i in listed:
+        module_name, m = everything[i]
+        owns = any(p.requires_grad for p in m.parameters(recurse=False))
+        if not owns and i not in called:
+            continue
         tensors = []
         for pname, p in m.named_parameters(recurse=False):
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
+            if p.requires_grad and id(p) not in assigned:
+                assigned.add(id(p))
                 full = f"{module_name}.{pname}" if module_name else pname
                 tensors.append(TensorInfo(name=full, shape=list(p.shape), numel=p.numel(),
                                           bytes=p.numel() * p.element_size()))
-        if tensors:
-            modules.append(ModuleInfo(name=module_name or type(m).__name__, cls=type(m).__name__, params=tensors))
-    if not modules:
+        modules.append(ModuleInfo(name=module_name or type(m).__name__, cls=type(m).__name__, owns_params=owns,
+                                  called=i in called, params=tensors))
+    if not any(m.params for m in modules):
         raise UserError(f"model {name} has no trainable parameters: there is nothing to communicate")
     return ModelInfo(model=name, order=order, modules=modules)
 
