@@ -261,7 +261,7 @@ def test_bcaffe_and_osu_bad_inputs(tmp_path, capsys):
     assert_user_error(["import", "osu", BCAFFE / "allreduce4.log", "-o", out], capsys, out, "allreduce2.log")
     unnamed = tmp_path / "latency.txt"
     unnamed.write_text("4 54.5\n8 50.3\n")
-    assert_user_error(["import", "osu", BCAFFE / "allreduce2.log", unnamed, "-o", out], capsys, out, "--workers")
+    assert_user_error(["import", "osu", BCAFFE / "allreduce2.log", unnamed, "-o", out], capsys, out, "allreduce<N>.log")
 
 
 def test_tied_weights_and_residual_blocks_import_with_the_profilers_structure(tmp_path, capsys):

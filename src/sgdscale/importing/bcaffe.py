@@ -66,14 +66,14 @@ def _read(path: Path, what: str) -> list[str]:
         raise UserError(f"cannot read {what} {path}: {error}") from None
 
 
-def _workers_from(path: Path, pattern: str, given: int | None, what: str) -> int:
+def _workers_from(path: Path, pattern: str, given: int | None, what: str, fix: str = "give --workers N") -> int:
     if given is not None:
         if given < 2:
             raise UserError(f"--workers must be at least 2 for {what}; got {given}")
         return given
     match = re.search(pattern, path.name)
     if not match:
-        raise UserError(f"cannot tell the worker count of {path.name} from its name; give --workers N")
+        raise UserError(f"cannot tell the worker count of {path.name} from its name; {fix}")
     return int(match.group(1))
 
 
@@ -186,7 +186,8 @@ def parse_osu_allreduce(path: str | Path, workers: int | None = None) -> tuple[i
         raise UserError(f"{path} holds fewer than two measured sizes; give the output of osu_allreduce")
     if len(found_workers) > 1:
         raise UserError(f"{path} mixes worker counts {sorted(found_workers)}; give one table per worker count")
-    n = found_workers.pop() if found_workers else _workers_from(path, r"(\d+)", workers, "an OSU table")
+    n = found_workers.pop() if found_workers else _workers_from(path, r"(\d+)", workers, "an OSU table",
+                                                              "name it allreduce<N>.log or write each size as 'N,size'")
     if workers is not None and workers != n:
         raise UserError(f"{path} says {n} workers but --workers {workers} was given")
     return n, [BenchPoint(op="allreduce", workers=n, bytes=b, samples_s=[t], median_s=t) for b, t in points]
