@@ -134,6 +134,8 @@ def test_cli_answers_with_numbers_and_json(tmp_path, capsys):
     data = json.loads(path.read_text())
     assert data["schema"] == "sgdscale.advice/1"
     assert any(p["method"] == "fine" for r in data["answers"]["ranking"] for p in r["ranked"])
+    best = data["answers"]["max_workers"]["best"]
+    assert best["fine"]["throughput"] > 0 and "fine method:" in out
     assert data["search"]["predictions"] > 0
 
 

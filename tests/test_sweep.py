@@ -28,6 +28,8 @@ def test_grid_collapses_dimensions_that_do_not_apply():
     assert len(tasks) == 2 * 3 + 2 * 3 * 2
     assert all(t["ps"] is None for t in tasks if t["strategy"] == "allreduce")
     assert all(t["bucket_mb"] is None for t in tasks if t["grouping"] != "buckets")
+    nodes = sweep.expand(dict(GRID, workers=None, nodes="1-4:x2", gpus_per_node=[1, 8]))
+    assert {t["workers"] for t in nodes} == {"1,2,4", "8,16,32"}
 
 
 def test_rows_equal_direct_predict(tmp_path):
@@ -145,3 +147,39 @@ def test_cli_bad_spec_and_output(tmp_path, capsys):
     assert code == 2 and "bandwith" in err and not (tmp_path / "x.csv").exists()
     code, _, err = run(capsys, "gpt2", "-o", str(tmp_path / "x.xlsx"))
     assert code == 2 and ".parquet or .csv" in err
+
+
+def test_ctrl_c_then_rerun_resumes(tmp_path):
+    """A real SIGINT mid-sweep (the CLI in a subprocess): exit 130, finished rows kept, the rerun
+    computes only what is missing and ends with the rows of an uninterrupted sweep."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s.csv"
+    args = [sys.executable, "-m", "sgdscale.cli", "sweep", "resnet50", "--workers", "1-64:x2", "--bandwidth",
+            "1Gbit,10Gbit,100Gbit", "--strategy", "allreduce,ps-sync,ps-async", "--grouping", "buckets,per-tensor",
+            "--ps", "1,2,4", "-j", "1", "-o", str(out)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    process = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if out.exists() and out.read_text().count("\n") > 10:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, "the sweep finished before it could be interrupted"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "rerun the same command to resume" in err
+    kept = len(sweep.read_rows(str(out)))
+    assert kept > 0
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tasks = len(sweep.expand({"profile": "resnet50", "workers": "1-64:x2", "bandwidth": ["1Gbit", "10Gbit", "100Gbit"],
+                              "strategy": ["allreduce", "ps-sync", "ps-async"], "grouping": ["buckets", "per-tensor"],
+                              "ps": [1, 2, 4]}))
+    assert f"{kept // 7} already in" in done.stdout and f"{tasks - kept // 7} computed" in done.stdout
+    assert len(sweep.read_rows(str(out))) == tasks * 7

@@ -466,10 +466,15 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
     counts = sorted(set(counts))
     answers: dict[str, Any] = {}
 
-    def pj(point: Point | None) -> dict[str, Any] | None:
+    def pj(point: Point | None, answer: bool = False) -> dict[str, Any] | None:
+        """A point as JSON; an answer's point also re-predicted with the fine method under --confirm."""
         if point is None:
             return None
         data = point.to_json(gpus)
+        if answer and confirm == "fine" and point.method != "fine":
+            fine = _confirm(advisor, [point])[0]
+            data["fine"] = {"throughput": fine.throughput, "efficiency": fine.efficiency,
+                            "limited_by": fine.limited_by, "iterations": fine.iterations}
         cost = advisor.cost_per_hour(point)
         if cost is not None:
             data["cost_per_hour"] = cost
@@ -500,7 +505,7 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
                 why = explain(winner["point"], None, gpus)
         answers["max_workers"] = {
             "target_efficiency": target_efficiency, "searched": [counts[0], counts[-1]],
-            "max_workers": winner["max_workers"], "best": pj(winner["point"]), "why": why,
+            "max_workers": winner["max_workers"], "best": pj(winner["point"], True), "why": why,
             "per_config": [{"label": r["config"].label(gpus), "max_workers": r["max_workers"],
                             "efficiency": r["point"].efficiency if r["point"] else None} for r in rows],
         }
@@ -524,9 +529,9 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
                 f"add workers (--workers up to {math.ceil(target_throughput / base)} or more)"
                 if counts[-1] * base < target_throughput else "no configuration reaches it within 10 Tbit/s"),
             "least_bandwidth": None if best is None else {
-                "workers": best["workers"], "bandwidth_bps": best["bandwidth_bps"], "point": pj(best["point"])},
+                "workers": best["workers"], "bandwidth_bps": best["bandwidth_bps"], "point": pj(best["point"], True)},
             "fewest_workers": None if fewest is None else {
-                "workers": fewest["workers"], "bandwidth_bps": fewest["bandwidth_bps"], "point": pj(fewest["point"])},
+                "workers": fewest["workers"], "bandwidth_bps": fewest["bandwidth_bps"], "point": pj(fewest["point"], True)},
             "per_workers": [{"workers": r["workers"], "bandwidth_bps": r["bandwidth_bps"], "point": pj(r["point"])}
                             for r in per_count],
         }
@@ -535,7 +540,7 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
         order = advisor.cheapest(configs, counts, target_throughput)
         answers["cheapest"] = {
             "price_per_node_hour": price_per_node_hour, "target_throughput": target_throughput,
-            "best": pj(order[0]) if order else None,
+            "best": pj(order[0], True) if order else None,
             "runner_up": pj(order[1]) if len(order) > 1 else None,
             "why": (_explain_cost(order[0], order[1] if len(order) > 1 else None, advisor, gpus, target_throughput)
                     if order else None),
@@ -657,6 +662,14 @@ def parse_list(text: str | None, what: str, cast=float, example: str = "") -> li
     return values
 
 
+def _fine(point: dict[str, Any]) -> str:
+    fine = point.get("fine")
+    if not fine:
+        return ""
+    return (f"; fine method: {fine['throughput']:,.0f} samples/s, efficiency {fine['efficiency']:.0%}, limited by "
+            f"{fine['limited_by']} ({fine['iterations']} steps)")
+
+
 def summary_lines(advice: Advice) -> Iterable[str]:
     """The answers as sentences (tables are in sgdscale.commands.advise)."""
     a = advice.answers
@@ -671,7 +684,7 @@ def summary_lines(advice: Advice) -> Iterable[str]:
                     if m["max_workers"] == m["searched"][1] else "")
             yield (f"Most workers at >= {m['target_efficiency']:.0%} efficiency: {m['max_workers']} workers with "
                    f"{b['label']} ({b['throughput']:,.0f} samples/s, efficiency {b['efficiency']:.0%}, limited by "
-                   f"{b['limited_by']}){edge}")
+                   f"{b['limited_by']}{_fine(b)}){edge}")
             yield f"  why: {m['why']}"
     if "bandwidth" in a:
         bw = a["bandwidth"]
@@ -684,7 +697,7 @@ def summary_lines(advice: Advice) -> Iterable[str]:
                 yield (f"Bandwidth for {bw['target_throughput']:,.0f} samples/s ({title}): "
                        f"{format_bandwidth(r['bandwidth_bps'])} per NIC with {r['workers']} workers, {p['label']} "
                        f"({p['throughput']:,.0f} samples/s, efficiency {p['efficiency']:.0%}, limited by "
-                       f"{p['limited_by']})")
+                       f"{p['limited_by']}{_fine(p)})")
     if "cheapest" in a:
         c = a["cheapest"]
         if c["best"] is None:
@@ -696,5 +709,5 @@ def summary_lines(advice: Advice) -> Iterable[str]:
             yield (f"Cheapest {goal} at ${c['price_per_node_hour']:g} per node-hour: {b['workers']} workers on "
                    f"{b['nodes']} nodes, {b['label']}: ${b['cost_per_hour']:,.2f}/h, {b['throughput']:,.0f} samples/s "
                    f"(efficiency {b['efficiency']:.0%}, ${b['cost_per_million_samples']:,.3f} per million samples, "
-                   f"limited by {b['limited_by']})")
+                   f"limited by {b['limited_by']}{_fine(b)})")
             yield f"  why: {c['why']}"

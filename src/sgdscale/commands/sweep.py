@@ -72,6 +72,8 @@ def sweep_command(profile: str | None, spec_path: str | None, output: str, jobs:
         spec["variability"] = False
     if spec.get("profile") is None:
         raise UserError("give a PROFILE (file or built-in name such as resnet50) or a --spec with `profile:`")
+    if options.get("workers") is not None and options.get("nodes") is not None:
+        raise UserError("give --workers (total devices) or --nodes, not both")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     tasks = expand(spec)
@@ -85,7 +87,8 @@ def sweep_command(profile: str | None, spec_path: str | None, output: str, jobs:
         try:
             stats = run_sweep(tasks, output, jobs=jobs, scheduler=scheduler, progress=report)
         except KeyboardInterrupt:
-            raise UserError(f"interrupted; finished tasks are in {output}: rerun the same command to resume") from None
+            click.echo(f"finished tasks are in {output}: rerun the same command to resume", err=True)
+            raise
     click.echo(f"{stats.tasks} tasks ({stats.reused} already in {output}, {stats.computed} computed, "
                f"{stats.predictions} predictions) in {stats.wall_s:.2f} s; {stats.rows} rows in {output}")
     if plot_prefix:
