@@ -695,7 +695,7 @@ def summary_lines(advice: Advice) -> Iterable[str]:
                 r = bw[key]
                 p = r["point"]
                 yield (f"Bandwidth for {bw['target_throughput']:,.0f} samples/s ({title}): "
-                       f"{format_bandwidth(r['bandwidth_bps'])} per NIC with {r['workers']} workers, {p['label']} "
+                       f"{format_bandwidth(r['bandwidth_bps'])} per NIC (within 2%) with {r['workers']} workers, {p['label']} "
                        f"({p['throughput']:,.0f} samples/s, efficiency {p['efficiency']:.0%}, limited by "
                        f"{p['limited_by']}{_fine(p)})")
     if "cheapest" in a:
