@@ -74,7 +74,10 @@ def replay_config(profile: str, compute: str = "sleep", **options: Any) -> Train
 
     from sgdscale.profile import load_profile
 
-    loaded = load_profile(profile)
+    try:
+        loaded = load_profile(profile)
+    except UserError as error:
+        raise UserError(f"--replay takes a profile: {error} (or make one with `sgdscale profile MODEL -o FILE`)") from None
     name = profile if not Path(profile).is_file() else Path(profile).stem
     return TrainConfig(model=name, batch_size=loaded.batch_size, replay=loaded.to_json(), replay_compute=compute,
                        **options)
