@@ -1,8 +1,17 @@
 """Validation: every prediction checked against a real distributed run on the emulated cluster.
 
+Two kinds of case, reported apart (`kind` in every row, and per kind in the summary):
+- `real`: the model itself trains (real compute); end to end, and noisy on a shared 2-core
+  machine because the compute inherits the node's speed under its CPU quota.
+- `replay`: a module built from a profile (runtime/replay.py) trains: the profiled parameter sizes,
+  gradient-ready order and compute times, with real communication. The profile is the input (a
+  built-in one such as resnet50, or a file), so there is no profiling step, and compute is slept
+  (default) or spun, so this checks the network and coordination model on big models with many
+  workers. Predicted without per-iteration variability, since the replay spends the profiled means.
+
 For each case (model, workers, bandwidth, strategy) the grid
 1. profiles the model once on a single emulated node under the same CPU quota as the cluster nodes
-   (cached per model),
+   (cached per model; a replay case copies its profile instead),
 2. benchmarks the shaped network once per bandwidth (p2p and all-reduce for every worker count in
    the grid; cached),
 3. predicts with both methods from that profile and network file,
@@ -34,16 +43,25 @@ VALIDATION_SCHEMA = "sgdscale.validation/1"
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model as the grid runs it: name, per-worker batch, input size and zoo options."""
+    """A model as the grid runs it: name, per-worker batch, input size and zoo options; or, with
+    `kind="replay"`, a profile (built-in name or file) replayed with `replay_compute`."""
 
     model: str
     batch_size: int
     image_size: int | None = None
     seq_len: int | None = None
     options: tuple[tuple[str, int | float | str], ...] = ()
+    kind: str = "real"  # or "replay"
+    replay_compute: str = "sleep"
+
+    @property
+    def name(self) -> str:
+        return Path(self.model).stem if self.kind == "replay" else self.model
 
     @property
     def label(self) -> str:
+        if self.kind == "replay":
+            return f"replay-{self.name}-b{self.batch_size}" + ("-spin" if self.replay_compute == "spin" else "")
         parts = [self.model, f"b{self.batch_size}"]
         if self.image_size:
             parts.append(f"i{self.image_size}")
@@ -112,17 +130,25 @@ def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
+def case_kind(row: dict[str, Any]) -> str:
+    """`real` or `replay` (rows written before replay existed are real runs)."""
+    return row.get("kind", "real")
+
+
 def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median and maximum absolute error per method and strategy, and per method overall."""
+    """Median and maximum absolute error per kind of case, method and strategy, and per kind and
+    method overall: real and replay cases are never pooled."""
     rows = list(rows)
     summary = []
-    for method in ("fine", "coarse"):
-        for strategy in sorted({r["strategy"] for r in rows}) + ["all"]:
-            errors = [abs(r["error"][method]) for r in rows
-                      if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
-            if errors:
-                summary.append({"method": method, "strategy": strategy, "cases": len(errors),
-                                 "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)})
+    for kind in sorted({case_kind(r) for r in rows}):
+        for method in ("fine", "coarse"):
+            for strategy in sorted({r["strategy"] for r in rows if case_kind(r) == kind}) + ["all"]:
+                errors = [abs(r["error"][method]) for r in rows
+                          if case_kind(r) == kind and method in r["error"]
+                          and (strategy == "all" or r["strategy"] == strategy)]
+                if errors:
+                    summary.append({"kind": kind, "method": method, "strategy": strategy, "cases": len(errors),
+                                    "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)})
     return summary
 
 
@@ -145,6 +171,8 @@ class Validator:
 
     # ---------------------------------------------------------------- cached inputs
     def profile_path(self, spec: ModelSpec) -> Path:
+        if spec.kind == "replay":  # the input profile; no quota involved
+            return self.out_dir / "profiles" / f"{spec.label.removesuffix('-spin')}.json"
         return self.out_dir / "profiles" / f"{spec.label}-q{self.grid.cpu_per_node_cores:g}.json"
 
     def bench_counts(self) -> list[int]:
@@ -156,11 +184,17 @@ class Validator:
         return self.out_dir / "networks" / f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}-n{counts}.json"
 
     def ensure_profile(self, spec: ModelSpec) -> Path:
-        """Profile on one emulated node with the cluster's per-node CPU quota (one core's share)."""
+        """Profile on one emulated node with the cluster's per-node CPU quota (one core's share);
+        a replay case's profile is its input: kept as given, so the folder holds what was run."""
         from sgdscale.runtime.testbed import Testbed
 
         path = self.profile_path(spec)
         if path.exists():
+            return path
+        if spec.kind == "replay":
+            from sgdscale.profile import load_profile, save_profile
+
+            save_profile(load_profile(spec.model), path)
             return path
         self.log(f"profiling {spec.label} on one node at {self.grid.cpu_per_node_cores:g} cores")
         argv = [sys.executable, "-m", "sgdscale.cli", "profile", spec.model, "-o", str(path), "--threads", "1",
@@ -205,19 +239,24 @@ class Validator:
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         strategy = Strategy(kind=case.strategy)
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
-                             iterations=self.predict_iterations)
+                             iterations=self.predict_iterations, variability=case.spec.kind != "replay")
         return {r.method: r for r in prediction.results if r.workers == case.workers}
 
     def measure_case(self, case: Case) -> Any:
         from sgdscale.runtime.testbed import Testbed
-        from sgdscale.runtime.train import TrainConfig, run_training
+        from sgdscale.runtime.train import TrainConfig, replay_config, run_training
 
-        config = TrainConfig(
-            model=case.spec.model, workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
-            batch_size=case.spec.batch_size, iterations=self.grid.iterations, warmup=self.grid.warmup,
-            image_size=case.spec.image_size, seq_len=case.spec.seq_len, model_options=dict(case.spec.options),
-            bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
-        )
+        common = dict(workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
+                      iterations=self.grid.iterations, warmup=self.grid.warmup,
+                      bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores)
+        if case.spec.kind == "replay":
+            config = replay_config(str(self.profile_path(case.spec)), case.spec.replay_compute, **common)
+            config.model = case.spec.name
+        else:
+            config = TrainConfig(
+                model=case.spec.model, batch_size=case.spec.batch_size, image_size=case.spec.image_size,
+                seq_len=case.spec.seq_len, model_options=dict(case.spec.options), **common,
+            )
         with Testbed(case.nodes, case.bandwidth_bps, self.grid.cpu_per_node_cores) as testbed:
             return run_training(config, placement=testbed, timeout_s=1800)
 
@@ -234,6 +273,7 @@ class Validator:
         save_measurement(measurement, self.measurement_path(case))
         row = {
             "key": case.key,
+            "kind": case.spec.kind,
             "model": case.spec.label,
             "workers": case.workers,
             "bandwidth_bps": case.bandwidth_bps,

@@ -1,0 +1,144 @@
+"""Replay (runtime/replay.py): a module built from a profile has exactly the profiled parameters,
+makes gradients ready in the profiled order, spends the profiled time, and runs on the real
+distributed runtime."""
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from sgdscale.errors import UserError
+from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
+from sgdscale.runtime.replay import build_replay, replay_batch
+from sgdscale.runtime.train import replay_config, run_training
+
+
+def _profile(**changes) -> Profile:
+    """Three layers, 10/12/8 ms forward, 15/20/10 ms backward; the last layer's bias is ready
+    before its weight (as a BatchNorm's is), and the middle layer has no parameters."""
+    layers = [
+        Layer(name="a", forward_s=0.010, backward_s=0.015,
+              params=[ParamTensor(name="a.weight", numel=3000, bytes=12000, grad_ready_s=0.045)]),
+        Layer(name="act", forward_s=0.012, backward_s=0.020),
+        Layer(name="b", forward_s=0.008, backward_s=0.010,
+              params=[ParamTensor(name="b.weight", numel=5000, bytes=20000, grad_ready_s=0.010),
+                      ParamTensor(name="b.bias", numel=50, bytes=200, grad_ready_s=0.004)]),
+    ]
+    base = dict(model="synthetic", batch_size=4, layers=layers, step=StepTimes(data_s=0.002, optimizer_s=0.005))
+    base.update(changes)
+    return Profile(**base)
+
+
+def _grad_order(replay) -> tuple[list[int], list[float]]:
+    module = replay.module
+    x, _ = replay_batch(1)
+    module(x).sum().backward()  # warm-up: the first backward starts autograd's machinery
+    module.zero_grad(set_to_none=True)
+    events: list[tuple[int, float]] = []
+    params = list(module.parameters())
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: events.append((i, time.perf_counter())))
+               for i, p in enumerate(params)]
+    out = module(x)
+    start = time.perf_counter()
+    out.sum().backward()
+    for handle in handles:
+        handle.remove()
+    return [i for i, _ in events], [t - start for _, t in events]
+
+
+@pytest.mark.parametrize("name", ["resnet50", "gpt2"])
+def test_builtin_replay_has_exactly_the_profiled_parameters(name):
+    profile = load_profile(name)
+    module = build_replay(profile.to_json(), "sleep").module
+    assert [p.numel() for p in module.parameters()] == [t.numel for t in profile.tensors]
+    assert sum(p.numel() * p.element_size() for p in module.parameters()) == profile.gradient_bytes
+    assert module.profile_names == [t.name for t in profile.tensors]
+    # one module per profiled layer, owning exactly that layer's tensors (per-layer grouping, PS pulls)
+    assert [len(list(layer.parameters(recurse=False))) for layer in module.layers] == \
+        [len(layer.params) for layer in profile.layers]
+
+
+def test_gradients_become_ready_in_the_profiled_order_at_the_profiled_times():
+    profile = _profile()
+    replay = build_replay(profile.to_json(), "sleep")
+    order, ready_s = _grad_order(replay)
+    # parameters() order: a.weight (0), b.weight (1), b.bias (2); profiled ready: bias, weight, a.weight
+    assert order == [2, 1, 0] == replay.module.ready_order
+    for got, want in zip(ready_s, [0.004, 0.010, 0.045]):
+        assert got == pytest.approx(want, abs=0.004)
+
+
+def test_without_grad_ready_times_tensors_are_ready_when_their_layer_backward_ends():
+    layers = [layer.model_copy(update={"params": [t.model_copy(update={"grad_ready_s": None}) for t in layer.params]})
+              for layer in _profile().layers]
+    replay = build_replay(_profile(layers=layers).to_json(), "sleep")
+    order, ready_s = _grad_order(replay)
+    assert order[2] == 0 and set(order[:2]) == {1, 2}  # layer b (both tensors) first, then layer a
+    assert ready_s[0] == pytest.approx(0.010, abs=0.004) and ready_s[2] == pytest.approx(0.045, abs=0.004)
+
+
+@pytest.mark.parametrize("compute, tolerance", [("sleep", 0.10), ("spin", 0.35)])
+def test_a_local_replay_step_takes_the_profiled_time(compute, tolerance):
+    """One worker, no communication: forward + backward + optimizer vs the profile's compute.
+    Sleep is within 10% (measured +1-3% here); spin follows the machine's load (other processes
+    take CPU from it, as they would from real compute), hence the wider bound."""
+    profile = load_profile("cnn")  # 37.7 ms step
+    replay = build_replay(profile.to_json(), compute)
+    module = replay.module
+    x, _ = replay_batch(1)
+    steps = []
+    for _ in range(8):
+        for p in module.parameters():
+            p.grad = None
+        start = time.perf_counter()
+        module(x).sum().backward()
+        replay.optimizer_step()
+        steps.append(time.perf_counter() - start)
+    measured = statistics.median(steps[2:])
+    assert measured == pytest.approx(profile.compute_s, rel=tolerance)
+    assert measured >= 0.97 * profile.compute_s  # never faster than profiled
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("strategy, extra", [("allreduce", {}), ("allreduce", {"grouping": "per-layer"}),
+                                             ("ps-sync", {"ps_count": 1}), ("ps-async", {"ps_count": 2})])
+def test_replay_runs_on_the_distributed_runtime(tmp_path, strategy, extra):
+    path = tmp_path / "synthetic.json"
+    path.write_text(__import__("json").dumps(_profile().to_json()))
+    config = replay_config(str(path), workers=2, strategy=strategy, iterations=6, warmup=3, **extra)
+    m = run_training(config, timeout_s=150)
+    assert m.config.workload == "replay" and m.config.replay_compute == "sleep"
+    assert m.config.model == "synthetic" and m.config.batch_size == 4
+    profile = _profile()
+    step = statistics.median(t for w in m.workers for t in w.iteration_s)
+    if strategy == "allreduce":
+        # DDP's buckets carry exactly the profiled gradient bytes
+        if extra.get("grouping", "buckets") == "buckets":
+            assert sum(m.workers[0].extra["ddp_bucket_bytes"]) == profile.gradient_bytes
+        # tiny tensors on loopback: the step is the profiled compute plus framework time
+        assert profile.compute_s * 0.97 <= step <= profile.compute_s * 1.5
+    else:
+        assert sum(s.bytes for s in m.servers) == profile.gradient_bytes
+        # the PS worker runs no optimizer (the shards update), so no optimizer time is spent
+        assert step >= (profile.compute_s - profile.step.optimizer_s) * 0.97
+
+
+def test_replay_of_something_that_is_not_a_profile_is_a_user_error():
+    with pytest.raises(UserError, match="--replay takes a profile: no profile file or built-in profile named"):
+        replay_config("not-a-profile")
+    with pytest.raises(UserError, match="does not exist"):
+        replay_config("missing/profile.json")
+
+
+def test_cli_replay_bad_input_exits_2(capsys):
+    from sgdscale.cli import main
+
+    for args, message in ((["train", "gpt2", "--replay", "--batch-size", "4"], "profiled batch"),
+                          (["train", "mlp", "--replay-compute", "spin"], "add --replay"),
+                          (["train", "gpt2", "--replay", "--replay-compute", "burn"], "unknown replay compute"),
+                          (["train", "nosuch", "--replay"], "--replay takes a profile")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
