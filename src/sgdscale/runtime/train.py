@@ -199,6 +199,10 @@ def train_rank(ctx) -> dict[str, Any]:
         record = ps.run_worker(ctx, setup)
     else:
         record = ps.run_server(ctx, setup)
+    if is_worker:  # peak memory of this worker process (replay's claim: parameters + gradients only)
+        import resource
+
+        record.setdefault("extra", {})["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     gathered: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
     dist.gather_object(record, gathered, dst=0)
     if ctx.rank != 0:
