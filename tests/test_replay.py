@@ -82,28 +82,34 @@ def test_without_grad_ready_times_tensors_are_ready_when_their_layer_backward_en
     assert 0.009 <= ready_s[0] <= 0.010 + LATE_S and 0.044 <= ready_s[2] <= 0.045 + LATE_S
 
 
-@pytest.mark.parametrize("compute, tolerance", [("sleep", 0.10), ("spin", 0.35)])
+@pytest.mark.parametrize("compute, tolerance", [("sleep", 0.10), ("spin", 0.50)])
 def test_a_local_replay_step_takes_the_profiled_time(compute, tolerance):
     """One worker, no communication: forward + backward + optimizer vs the profile's compute.
-    Sleep is within 10% (measured +1-3% here) and never early; spin follows the machine's load
-    (other processes take CPU from it, as from real compute, and a load that changed since the
-    start-up calibration makes it run long or short: -25% seen here), hence the wider bound."""
+    Sleep is within 10% (measured +1-3% here), never early, and leaves the CPU idle; spin burns
+    the CPU, and follows the machine's load (other processes take CPU from it as from real
+    compute, and a load that changed since the start-up calibration makes it run long or short:
+    -25% and +30% seen here with 5 busy processes per core), hence its wider bound."""
     profile = load_profile("cnn")  # 37.7 ms step
     replay = build_replay(profile.to_json(), compute)
     module = replay.module
     x, _ = replay_batch(1)
-    steps = []
+    steps, cpu = [], []
     for _ in range(8):
         for p in module.parameters():
             p.grad = None
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         module(x).sum().backward()
         replay.optimizer_step()
         steps.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
     measured = statistics.median(steps[2:])
+    cpu_share = sum(cpu[2:]) / sum(steps[2:])
     assert measured == pytest.approx(profile.compute_s, rel=tolerance)
     if compute == "sleep":
         assert measured >= 0.97 * profile.compute_s  # never faster than profiled
+        assert cpu_share < 0.3
+    else:
+        assert cpu_share > 0.4
 
 
 @pytest.mark.dist
