@@ -1,7 +1,9 @@
 """How exactly a replay reproduces its profile: one replay worker's measured step against the
 profile's step (data + forward + backward + optimizer), for sleep and spin compute, as a local
-process and on one emulated node under a 0.45-core CPU quota (needs root). With one worker there
-is no communication, so the difference is the replay's own error plus the framework's time.
+process and on one emulated node under a 0.45-core CPU quota (needs root). The worker is a rank
+process like any other, but steps the replay module alone (no DDP, no communication), so the
+difference is the replay's own error: its per-layer overhead, wake-up delays, and for spin, the
+machine's load against the start-up calibration.
 
     flock /tmp/sgdscale-cpu.lock env PYTHONPATH=src .venv/bin/python benchmarks/replay_fidelity.py [--repeats 3]
 Writes benchmarks/results/replay_fidelity.{json,txt}.
@@ -16,7 +18,25 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+
+def fidelity_rank(ctx):
+    """Rank target: build the replay, time warm-up + measured steps (forward, backward, optimizer)."""
+    from sgdscale.runtime.replay import build_replay, replay_batch
+
+    replay = build_replay(ctx.config["profile"], ctx.config["compute"])
+    x, _ = replay_batch(1)
+    steps = []
+    for _ in range(ctx.config["warmup"] + ctx.config["iterations"]):
+        for p in replay.module.parameters():
+            p.grad = None
+        start = time.perf_counter()
+        replay.module(x).sum().backward()
+        replay.optimizer_step()
+        steps.append(time.perf_counter() - start)
+    return {"steps_s": steps[ctx.config["warmup"]:], "spin_rate": replay.spin_rate}
 
 
 def main() -> None:
@@ -30,7 +50,7 @@ def main() -> None:
     from sgdscale.jsonio import write_json_atomic
     from sgdscale.profile import load_profile
     from sgdscale.runtime.testbed import Testbed
-    from sgdscale.runtime.train import replay_config, run_training
+    from sgdscale.runtime.launch import launch
 
     conditions = ["local"] + ([f"quota {args.quota:g}"] if os.geteuid() == 0 else [])
     rows, lines = [], []
@@ -39,15 +59,16 @@ def main() -> None:
         for repeat in range(args.repeats):
             for condition in conditions:
                 for compute in ("sleep", "spin"):
-                    config = replay_config(name, compute, workers=1, grouping="single",
-                                           iterations=args.iterations, warmup=2)
+                    config = {"profile": profile.to_json(), "compute": compute, "iterations": args.iterations,
+                              "warmup": 2}
+                    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
                     if condition == "local":
-                        m = run_training(config, timeout_s=600)
+                        result = launch("replay_fidelity:fidelity_rank", config, 1, timeout_s=600, env=env)
                     else:
-                        config.cpu_quota = args.quota
                         with Testbed(1, 1e9, args.quota) as testbed:
-                            m = run_training(config, placement=testbed, timeout_s=600)
-                    steps = m.workers[0].iteration_s
+                            result = launch("replay_fidelity:fidelity_rank", config, 1, placement=testbed,
+                                            timeout_s=600, env=env)
+                    steps = result.results[0]["steps_s"]
                     step = statistics.median(steps)
                     row = {"profile": name, "condition": condition, "compute": compute, "repeat": repeat,
                            "profile_step_s": profile.compute_s, "measured_step_median_s": step,
