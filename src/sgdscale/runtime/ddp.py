@@ -135,8 +135,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
             extra.update(_ddp_buckets(net))
     if manual is not None:
         extra["groups"] = len(manual.groups)
-    if setup.replay is not None and setup.replay.spin_rate:
-        extra["replay_spin_chunks_per_s"] = setup.replay.spin_rate
+    if setup.replay is not None:
+        extra.update(setup.replay.record())
     if config.get("return_params"):
         extra["params"] = [p.detach().flatten().tolist() for p in module.parameters()]
     return log.record(ctx.rank, config["warmup"], extra)

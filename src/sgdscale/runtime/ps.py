@@ -133,8 +133,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if config.get("return_params"):
         extra["params"] = [p.detach().flatten().tolist() for p in params]
-    if setup.replay is not None and setup.replay.spin_rate:
-        extra["replay_spin_chunks_per_s"] = setup.replay.spin_rate
+    if setup.replay is not None:
+        extra.update(setup.replay.record())
     record = log.record(ctx.rank, config["warmup"], extra or None)
     return record
 

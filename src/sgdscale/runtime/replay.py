@@ -16,9 +16,15 @@ How the time is spent (`compute`):
   against a rate measured on the node at start-up), so under a CPU quota the time is taken from
   the node's quota like real compute, and communication that competes for the CPU stretches it.
   This exposes the interference that `sleep` hides.
-Sleep overshoot (a wake-up some tens of microseconds late) is credited to the next duration, so
-it does not accumulate over hundreds of tensors; the framework's own time (autograd, DDP's hooks,
-copies into buckets) is not credited: it is real cost of the distributed system.
+Sleep overshoot (a wake-up some tens of microseconds late: timer slack) is credited to the next
+duration, so it does not accumulate over hundreds of tensors; only within a step, and at most
+`MAX_CREDIT_S` (a wake-up much later than that is the node being preempted, which real compute
+suffers too, and crediting it to a later step would hide a straggler from its peers). The replay's own machinery (a module call and an
+autograd node per layer and tensor, some 20-50 us each) is measured at start-up on a copy with
+1-element tensors and taken off every duration, so a step costs the profiled time, not the
+profiled time plus the replay's overhead. The framework's time (autograd's bookkeeping of the
+real tensors, DDP's hooks and bucket copies, a PS worker's sends) is not taken off: it is real
+cost of the distributed system.
 
 Memory: parameters plus gradients only (no activations: the tensor passed between layers has one
 element); a gradient is allocated inside its node's time budget and handed to autograd without a
@@ -42,6 +48,7 @@ from sgdscale.profile import Profile, profile_from_json
 COMPUTE_MODES = ("sleep", "spin")
 SPIN_CHUNK = 256  # sum(range(256)) takes about 2-3 us: fine enough for 0.1 ms layers
 CALIBRATION_S = 0.3  # spans 30 CFS periods of 10 ms, so a CPU quota's duty cycle averages out
+MAX_CREDIT_S = 0.005  # most sleep overshoot credited to the next duration (see the module docstring)
 
 
 def _spin_chunk() -> int:
@@ -74,15 +81,21 @@ class Spender:
         self.mode = mode
         self.spin_rate = spin_rate
         self.debt_s = 0.0  # sleep overshoot not yet credited
+        self.overhead_s = 0.0  # the replay's own cost per duration, taken off each (see calibrate_overhead)
+        self.idle = False  # while measuring that overhead: spend nothing
 
     def spend(self, budget_s: float, started: float) -> None:
-        """Make the time since `started` (a perf_counter value) equal `budget_s`."""
+        """Make the time since `started` (a perf_counter value) equal `budget_s` (less the replay's
+        own overhead per duration)."""
+        if self.idle:
+            return
+        budget_s = max(0.0, budget_s - self.overhead_s)
         if self.mode == "sleep":
             target = started + budget_s - self.debt_s
             remaining = target - time.perf_counter()
             if remaining > 0:
                 time.sleep(remaining)
-            self.debt_s = max(0.0, time.perf_counter() - target)
+            self.debt_s = min(MAX_CREDIT_S, max(0.0, time.perf_counter() - target))
             return
         remaining = budget_s - (time.perf_counter() - started)
         chunks = int(remaining * self.spin_rate)
@@ -175,11 +188,38 @@ class ReplayModule(nn.Module):
         self.layers = nn.ModuleList(layers)
 
     def forward(self, x: Tensor) -> Tensor:
+        self.spender.debt_s = 0.0  # a new step: no credit from the last one
         anchor = torch.zeros(1, requires_grad=True)  # puts the tail node in the graph
         x = _Tail.apply(x, anchor, self.tail_s, self.spender)
         for layer in self.layers:
             x = layer(x)
         return x
+
+    @property
+    def durations_per_step(self) -> int:
+        """Spends per forward + backward: one per layer, one per tensor, the tail."""
+        return len(self.layers) + len(self.ready_order) + 1
+
+
+def calibrate_overhead(profile: Profile, spender: Spender, passes: int = 7) -> float:
+    """The replay's own cost per duration (seconds): forward + backward of the same layer and
+    tensor structure with 1-element tensors and nothing spent, median pass / durations per pass."""
+    tiny_layers = [layer.model_copy(update={"params": [t.model_copy(update={"numel": 1, "bytes": 4})
+                                                       for t in layer.params]}) for layer in profile.layers]
+    tiny = ReplayModule(profile.model_copy(update={"layers": tiny_layers}), spender)
+    x, _ = replay_batch(1)
+    spender.idle = True
+    times = []
+    try:
+        for _ in range(passes):
+            tiny.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            tiny(x).sum().backward()
+            times.append(time.perf_counter() - start)
+    finally:
+        spender.idle = False
+    times.sort()
+    return times[len(times) // 2] / tiny.durations_per_step
 
 
 def gradient_ready_times(profile: Profile) -> list[float]:
@@ -209,14 +249,24 @@ class Replay:
     def spin_rate(self) -> float | None:
         return self.spender.spin_rate
 
+    def record(self) -> dict[str, float]:
+        """What the worker measured at start-up, for its record's `extra`."""
+        out = {"replay_overhead_per_duration_s": self.spender.overhead_s}
+        if self.spender.spin_rate:
+            out["replay_spin_chunks_per_s"] = self.spender.spin_rate
+        return out
+
 
 def build_replay(profile_json: dict[str, Any], compute: str, calibrate: bool = True) -> Replay:
     """The replay of a profile (already validated JSON). `calibrate=False` (server shards, which
-    never run the module's compute in the measured loop) skips the spin calibration."""
+    never run the module's compute in the measured loop) skips the spin and overhead calibration."""
     profile = profile_from_json(profile_json, "replay profile")
     rate = calibrate_spin_rate() if compute == "spin" and calibrate else None
     spender = Spender(compute if rate or compute == "sleep" else "sleep", rate)
-    return Replay(profile=profile, module=ReplayModule(profile, spender), spender=spender)
+    module = ReplayModule(profile, spender)
+    if calibrate:
+        spender.overhead_s = calibrate_overhead(profile, spender)
+    return Replay(profile=profile, module=module, spender=spender)
 
 
 def replay_loss(outputs: Tensor, _targets: Tensor) -> Tensor:
