@@ -112,7 +112,8 @@ def test_replay_case_is_predicted_within_15_percent(tmp_path):
         assert abs(row["error"][method]) <= REPLAY_BOUND, (
             f"{method}: predicted {row['predicted_throughput'][method]:.2f} vs measured "
             f"{row['measured_throughput']:.2f} samples/s ({row['error'][method]:+.1%})")
-    assert [item["kind"] for item in summarize([row])] == ["replay"] * 4
+    assert {(item["kind"], item["method"]) for item in summarize([row])} >= {("replay", "fine"), ("replay", "coarse")}
+    assert {item["kind"] for item in summarize([row])} == {"replay"}
     again = Validator(grid, tmp_path, log=lambda text: None, predict_iterations=50)
     again.measure_case = None  # resuming must not rerun the case; --repredict only re-scores it
     [repredicted] = again.run(repredict=True)
