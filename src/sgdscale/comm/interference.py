@@ -169,3 +169,65 @@ def cpu_bounded_comm(comm, link_bps: float, cpu_s_per_byte: float, cores: float,
 def with_interference(comm, interference: Interference | None):
     """`comm` carrying an interference model (None or zero: unchanged)."""
     return dataclasses.replace(comm, interference=interference)
+
+
+# CPU seconds per byte a node sends in a gloo all-reduce (receive and reduce included), measured on the
+# emulated testbed (benchmarks/results/interference/); used for --cpu-per-node without a network file.
+TYPICAL_CPU_S_PER_BYTE = 0.935e-9
+
+
+def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
+               interference: bool = True) -> tuple[object, list[str]]:
+    """The cost model a prediction uses on nodes with a CPU budget, and notes saying what was applied.
+
+    - CPU budget: `cpu_cores` (e.g. --cpu-per-node), else the quota the network file was measured at.
+      With a CPU cost per byte (from the file, else `TYPICAL_CPU_S_PER_BYTE`) the link runs at most at
+      cores / cpu_s_per_byte (`cpu_bounded_comm`).
+    - Interference: the file's model, unless `interference` is False.
+    - Without a network file, a note says how far measured networks moved predictions from nominal figures.
+    """
+    notes: list[str] = []
+    cpu = getattr(network, "cpu", None) if network is not None else None
+    measured_cores = cpu.cores if cpu is not None else None
+    cores = cpu_cores if cpu_cores is not None else measured_cores
+    per_byte = None
+    if cpu is not None:
+        per_byte = cpu.allreduce_s_per_byte or cpu.p2p_s_per_byte
+    if per_byte is None and cpu_cores is not None:
+        per_byte = TYPICAL_CPU_S_PER_BYTE
+        notes.append(f"CPU cost of transport {per_byte * 1e9:.3g} ns/B: the testbed's typical figure "
+                     "(no measured one in the network file)")
+    if cores is not None and per_byte is not None:
+        if network is not None and measured_cores is None and cpu_cores is not None:
+            measured = None  # measured unshaped: treat the fits as the wire's own cost
+        else:
+            measured = measured_cores if network is not None else None
+        bound_bps = cpu_bound_bps(per_byte, cores)
+        before = comm
+        comm = cpu_bounded_comm(comm, link_bps, per_byte, cores, measured)
+        if comm is not before:
+            notes.append(f"CPU-bound links: {cores:g} cores per node move at most {bound_bps / 1e6:.0f} Mbit/s "
+                         f"({per_byte * 1e9:.3g} ns of CPU per byte), below the {link_bps / 1e6:.0f} Mbit/s link: "
+                         f"per-byte costs x{comm.p2p.beta_s_per_byte / before.p2p.beta_s_per_byte:.2f}")
+        else:
+            notes.append(f"CPU budget {cores:g} cores per node allows {bound_bps / 1e6:.0f} Mbit/s "
+                         f"({per_byte * 1e9:.3g} ns of CPU per byte): the link, not the CPU, limits")
+    model = Interference.from_network(network) if network is not None and interference else None
+    comm = with_interference(comm, model)
+    if model is not None:
+        notes.append(f"interference (measured): compute {model.compute_slowdown:.2f}x slower while a collective "
+                     f"runs, a collective {model.comm_slowdown:.2f}x slower while compute runs "
+                     "(--no-interference to leave it out)")
+    if network is None:
+        notes.append("nominal network figures (no --network FILE): " + TYPICAL_MEASURED_NOTE
+                     + "; measure yours with `sgdscale netbench --ops p2p,allreduce,overlap -o net.json`")
+    else:
+        nominal = (network.environment or {}).get("bandwidth_bps")
+        if nominal:
+            ratios = [f"point to point at {8 / network.p2p.beta_s_per_byte / nominal:.0%}"]
+            for workers, fit in sorted(network.allreduce.items(), key=lambda kv: int(kv[0])):
+                n = int(workers)
+                ratios.append(f"{n}-way all-reduce at {2 * (n - 1) / n * 8 / nominal / fit.beta_s_per_byte:.0%}")
+            notes.append(f"measured network vs the nominal {nominal / 1e6:.0f} Mbit/s link: " + ", ".join(ratios)
+                         + " of the ring formula's rate")
+    return comm, notes

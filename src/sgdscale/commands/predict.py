@@ -72,6 +72,11 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
 @click.option("--no-variability", is_flag=True, help="Use mean layer times (deterministic).")
 @click.option("--network", "network_file", default=None, metavar="FILE",
               help="Measured network (sgdscale.network/1 from `sgdscale netbench`) instead of --bandwidth/--latency.")
+@click.option("--cpu-per-node", type=float, default=None, metavar="CORES",
+              help="CPU budget of a node (e.g. 0.45): links run at most at CORES / CPU cost per byte. "
+                   "[default: the quota the network file was measured at]")
+@click.option("--no-interference", is_flag=True,
+              help="Leave out the measured compute/communication interference of the network file.")
 @click.option("--compute-scale", default=None, metavar="F,F,...",
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
@@ -83,7 +88,8 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
 def predict_command(profile: str, workers: str | None, strategy: str, bandwidth: str | None, latency: str | None,
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
                     algorithm: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
-                    network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
+                    network_file: str | None, cpu_per_node: float | None, no_interference: bool,
+                    compute_scale: str | None, slow_links: tuple[str, ...],
                     json_path: str | None, plot_path: str | None, trace_path: str | None) -> None:
     """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
     `sgdscale profile`, or a built-in name such as resnet50; see `sgdscale show --list`).
@@ -95,6 +101,7 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
       sgdscale predict gpt2 --strategy ps-sync --ps 2 --workers 1-32:x2 --json out.json
       sgdscale predict resnet50 --workers 4 --compute-scale 1,1,1,2 --trace r50.trace.json
       sgdscale predict resnet50 --network net.json --plot r50.png
+      sgdscale predict cnn --network net.json --cpu-per-node 0.45 --workers 2,4   (CPU-bound links)
     """
     from rich.console import Console
 
@@ -123,6 +130,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
     links = tuple(_parse_slow_link(text) for text in slow_links)
     counts = _worker_counts(workers, scales, links)
     loaded = load_profile(profile)
+    if cpu_per_node is not None and not cpu_per_node > 0:
+        raise UserError(f"--cpu-per-node must be positive, got {cpu_per_node:g} (e.g. --cpu-per-node 0.45)")
+    network = None
     if network_file:
         network = load_network(network_file)
         comm = CommModel.from_network(network, algorithm)
@@ -133,6 +143,11 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
         bandwidth_bps = parse_bandwidth_bps(bandwidth or "10Gbit")
         latency_s = parse_time_s(latency or "20us", "latency")
         comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
+    from sgdscale.comm.interference import node_model
+
+    link_bps = (network.environment or {}).get("bandwidth_bps") if network is not None else None
+    comm, notes = node_model(comm, network=network, link_bps=float(link_bps or bandwidth_bps),
+                             cpu_cores=cpu_per_node, interference=not no_interference)
     ps_bps = parse_bandwidth_bps(ps_bandwidth) if ps_bandwidth else None
     cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
                       links)
@@ -149,6 +164,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
     for line in bottleneck_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_path:
         from sgdscale.jsonio import write_json_atomic
 
