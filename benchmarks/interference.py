@@ -7,7 +7,8 @@ Each of `REPEATS` interleaved rounds
 2. benchmarks the shaped network (p2p, all-reduce, and `--ops overlap`: interference and CPU cost),
 3. predicts 2 workers with both methods: nominal figures, the measured network without the
    interference model, and with it,
-4. runs the real DDP training on 2 emulated nodes.
+4. runs the real DDP training on 2 emulated nodes, and on 1 node (the same run's compute alone:
+   how far the real step without communication is from the profile).
 Every round's raw files (profile, network, measurement) and the table go to
 benchmarks/results/interference/ (`results.json`, `output.txt`).
 
@@ -68,7 +69,6 @@ def one_round(index: int, out_dir: Path) -> dict:
 
     profile_path = out_dir / f"profile-{index}.json"
     network_path = out_dir / f"network-{index}.json"
-    measurement_path = out_dir / f"measurement-{index}.json"
     argv = [sys.executable, "-m", "sgdscale.cli", "profile", MODEL, "-o", str(profile_path), "--threads", "1",
             "--iterations", "10", "--batch-size", str(BATCH),
             *[arg for k, v in OPTIONS.items() for arg in ("--option", f"{k}={v}")]]
@@ -83,16 +83,20 @@ def one_round(index: int, out_dir: Path) -> dict:
                                source=f"emulated, {BANDWIDTH_BPS / 1e6:g} Mbit/s, {CORES:g} cores",
                                environment={"bandwidth_bps": BANDWIDTH_BPS, "cpu_quota_cores": [CORES] * WORKERS})
     write_json_atomic(network_path, network.to_json())
-    train = TrainConfig(model=MODEL, workers=WORKERS, batch_size=BATCH, iterations=20, warmup=3,
-                        model_options=dict(OPTIONS), bandwidth_bps=BANDWIDTH_BPS, cpu_quota=CORES)
-    with Testbed(WORKERS, BANDWIDTH_BPS, CORES) as bed:
-        measurement = run_training(train, placement=bed, timeout_s=900)
-    save_measurement(measurement, measurement_path)
+    measured = {}
+    for workers in (1, WORKERS):
+        train = TrainConfig(model=MODEL, workers=workers, batch_size=BATCH, iterations=20, warmup=3,
+                            model_options=dict(OPTIONS), bandwidth_bps=BANDWIDTH_BPS, cpu_quota=CORES)
+        with Testbed(workers, BANDWIDTH_BPS, CORES) as bed:
+            measured[workers] = run_training(train, placement=bed, timeout_s=900)
+        save_measurement(measured[workers], out_dir / f"measurement-{index}-{workers}w.json")
+    measurement = measured[WORKERS]
     itf = network.interference
     return {
         "round": index,
         "measured_throughput": measurement.throughput,
         "measured_step_s": measurement.iteration_s.model_dump(),
+        "measured_1w_step_s": measured[1].iteration_s.model_dump(),
         "profile_step_s": json.loads(profile_path.read_text())["iteration_s"]["mean"],
         "interference": None if itf is None else {"compute_slowdown": itf.compute_slowdown,
                                                    "comm_slowdown": itf.comm_slowdown},
@@ -117,7 +121,8 @@ def main() -> int:
         rounds.append(row)
         (args.out / "results.json").write_text(json.dumps(rounds, indent=1))
         text = (f"round {index}: measured {row['measured_throughput']:.1f} samples/s "
-                f"(step {row['measured_step_s']['mean'] * 1e3:.0f} ms; profile step {row['profile_step_s'] * 1e3:.0f} ms); "
+                f"(step {row['measured_step_s']['mean'] * 1e3:.0f} ms; 1 worker {row['measured_1w_step_s']['mean'] * 1e3:.0f} ms; "
+                f"profile step {row['profile_step_s'] * 1e3:.0f} ms); "
                 f"interference {row['interference']}; p2p {row['p2p_bps'] / 1e6:.0f} Mbit/s")
         for variant, values in row["predicted"].items():
             for method in ("fine", "coarse"):

@@ -23,7 +23,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import is_active, overlap_end_s
+from sgdscale.comm.interference import interference_of, overlap_end_s
 from sgdscale.fine.allreduce import slowest_link_comm
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
@@ -48,7 +48,7 @@ def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, g
     """
     if not groups:
         return 0.0
-    if is_active(interference):
+    if interference is not None:
         # compute and communication slow each other while they overlap (comm.interference)
         first_head = head_max(profile, cluster, variability, groups[0]).mean
         last_head = head_max(profile, cluster, variability, groups[-1]).mean
@@ -80,7 +80,7 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     total_comm = float(sum(comm_s))
     if heuristics:
         exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max,
-                                      comm.interference if n > 1 else None)
+                                      interference_of(comm) if n > 1 else None)
     else:
         exposed = total_comm
     optimizer = slow * optimizer_mean_s(profile, variability)

@@ -59,6 +59,15 @@ def is_active(interference: Interference | None) -> bool:
     return interference is not None and interference.active
 
 
+def interference_of(comm) -> Interference | None:
+    """The active interference model carried by a cost model (or by the NIC model of an object that
+    wraps one in `.nic`); None when there is none or it is zero."""
+    model = getattr(comm, "interference", None)
+    if model is None:
+        model = getattr(getattr(comm, "nic", None), "interference", None)
+    return model if is_active(model) else None
+
+
 def two_body_end_s(compute_s: float, comm_s: float, interference: Interference) -> tuple[float, float]:
     """(compute end, communication end), both starting at 0 with `compute_s` and `comm_s` of work alone.
 

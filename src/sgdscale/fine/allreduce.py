@@ -48,7 +48,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import is_active, stream_with_interference
+from sgdscale.comm.interference import interference_of, stream_with_interference
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, group_gradients
 from sgdscale.profile import Profile
@@ -85,7 +85,7 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     link_comm = slowest_link_comm(comm, cluster)
     groups = group_gradients(profile, strategy, link_comm, workers)
     costs = collective_times_s(groups, link_comm, workers)
-    interference = comm.interference if is_active(comm.interference) and workers > 1 else None
+    interference = interference_of(comm) if workers > 1 else None
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     tables = _RowTables(sampler, groups)
     n_groups = len(groups)
