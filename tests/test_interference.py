@@ -199,3 +199,18 @@ def test_predict_cli_uses_interference_and_cpu_budget(tmp_path, capsys):
     assert "testbed's typical figure" in capsys.readouterr().out
     assert main(["predict", "resnet50", "--cpu-per-node", "0"]) == 2
     assert "--cpu-per-node must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(180)
+def test_local_netbench_overlap_records_interference_and_cpu_cost(tmp_path, capsys):
+    out = tmp_path / "net.json"
+    assert main(["netbench", "-o", str(out), "--min-size", "100kB", "--max-size", "4MB", "--points", "3",
+                 "--repeats", "2", "--ops", "p2p,allreduce,overlap", "--overlap-size", "8MB"]) == 0
+    assert "interference (2 workers, 8 MB all-reduce)" in capsys.readouterr().out
+    network = load_network(out)
+    itf = network.interference
+    assert itf.workers == 2 and itf.bytes == 8_000_000 and itf.compute_slowdown >= 1 and itf.comm_slowdown >= 1
+    assert len(itf.compute_alone_s) == 4 and len(itf.comm_overlap_s) == 4  # 2 repeats x 2 ranks
+    assert network.cpu.allreduce_s_per_byte > 0 and network.cpu.p2p_s_per_byte > 0 and network.cpu.cores is None
+    assert all(p.cpu_s and len(p.cpu_s) == 2 for p in network.points)
