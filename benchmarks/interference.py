@@ -98,6 +98,8 @@ def one_round(index: int, out_dir: Path) -> dict:
         "measured_throughput": measurement.throughput,
         "measured_step_s": measurement.iteration_s.model_dump(),
         "measured_1w_step_s": measured[1].iteration_s.model_dump(),
+        # cores each node received, CFS throttling and the machine's other load over the window
+        "cpu_received": {f"{w}w": getattr(measured[w].environment, "cpu", None) for w in measured},
         "profile_step_s": json.loads(profile_path.read_text())["iteration_s"]["mean"],
         "interference": None if itf is None else {"compute_slowdown": itf.compute_slowdown,
                                                    "comm_slowdown": itf.comm_slowdown},

@@ -214,3 +214,11 @@ def test_local_netbench_overlap_records_interference_and_cpu_cost(tmp_path, caps
     assert len(itf.compute_alone_s) == 4 and len(itf.comm_overlap_s) == 4  # 2 repeats x 2 ranks
     assert network.cpu.allreduce_s_per_byte > 0 and network.cpu.p2p_s_per_byte > 0 and network.cpu.cores is None
     assert all(p.cpu_s and len(p.cpu_s) == 2 for p in network.points)
+
+
+def test_fit_network_reads_the_quota_as_one_value_or_one_per_node():
+    points = [BenchPoint(op="p2p", workers=2, bytes=m, samples_s=[1e-8 * m], median_s=1e-8 * m, cpu_s=[1e-9 * m])
+              for m in (1_000_000, 8_000_000)]
+    assert nb.fit_network(points, "t", {"cpu_quota_cores": 0.45}).cpu.cores == 0.45
+    assert nb.fit_network(points, "t", {"cpu_quota_cores": [0.5, 0.25]}).cpu.cores == 0.25
+    assert nb.fit_network(points, "t", {}).cpu.cores is None

@@ -325,8 +325,8 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     else:
         raise UserError("the network file needs point-to-point figures: include the p2p op "
                         "(--ops p2p,allreduce) or a 2-worker all-reduce")
-    quotas = environment.get("cpu_quota_cores")
-    cores = min(quotas) if quotas else None
+    quotas = environment.get("cpu_quota_cores")  # one value, or one per node
+    cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
                    environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores))
 
