@@ -29,9 +29,9 @@ import numpy as np
 # uses nominal figures only, so the user knows how far off they may be.
 TYPICAL_MEASURED_NOTE = (
     "on the emulated testbed (1 Gbit/s tbf links, 0.45 cores per node) measured networks ran point to point at "
-    "93-96% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, but held-out runs on "
+    "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, but held-out runs on "
     "a busier machine saw 70% point to point and all-reduce predictions from nominal figures up to 2.3x too fast; "
-    "compute ran 1.2-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/)"
+    "compute ran 1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/)"
 )
 
 
@@ -183,7 +183,7 @@ def with_interference(comm, interference: Interference | None):
 
 # CPU seconds per byte a node sends in a gloo all-reduce (receive and reduce included), measured on the
 # emulated testbed (benchmarks/results/interference/); used for --cpu-per-node without a network file.
-TYPICAL_CPU_S_PER_BYTE = 1.0e-9  # median of 8 runs, range 0.53-1.08 ns/B
+TYPICAL_CPU_S_PER_BYTE = 1.0e-9  # median of 8 runs, range 0.53-1.20 ns/B
 
 
 def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
