@@ -41,7 +41,7 @@ def test_rows_equal_direct_predict(tmp_path):
     assert len(rows) == 4 * len(tasks)
     profile = load_profile("gpt2")
     for task in tasks[:: max(1, len(tasks) // 8)]:
-        counts, cluster, comm = resolve_cluster(workers=task["workers"], nodes=None, gpus_per_node=task["gpus_per_node"],
+        counts, cluster, comm, _ = resolve_cluster(workers=task["workers"], nodes=None, gpus_per_node=task["gpus_per_node"],
                                                 intra_bandwidth=None, intra_latency=None, cluster_file=None,
                                                 bandwidth=task["bandwidth"], latency=task["latency"],
                                                 ps_count=task["ps"] or 1, ps_bandwidth=None, algorithm="ring",

@@ -206,7 +206,7 @@ def _inputs(task: dict[str, Any]):
     from sgdscale.commands.predict import resolve_cluster
     from sgdscale.strategy import MIB, Strategy
 
-    counts, cluster, comm = resolve_cluster(
+    counts, cluster, comm, _notes = resolve_cluster(
         workers=task["workers"], nodes=None, gpus_per_node=task["gpus_per_node"],
         intra_bandwidth=task["intra_bandwidth"], intra_latency=task["intra_latency"], cluster_file=None,
         bandwidth=task["bandwidth"], latency=task["latency"], ps_count=task["ps"] or 1, ps_bandwidth=None,

@@ -17,7 +17,7 @@ DEFAULT_ADVISE_WORKERS = "1-1024:x2"
 # predict's options that describe the cluster and the simulation; the rest are what advise searches.
 SHARED_OPTIONS = ("workers", "nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "cluster_file",
                   "bandwidth", "latency", "ps_bandwidth", "algorithm", "network_file", "iterations", "warmup",
-                  "seed", "no_variability")
+                  "seed", "no_variability", "cpu_per_node", "no_interference")
 
 
 def shared_options(default_workers: str) -> list[click.Parameter]:
@@ -103,7 +103,10 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
         spec = load_cluster(cluster_options["cluster_file"]) if cluster_options["cluster_file"] else None
         if spec is None or spec.nodes is None:
             cluster_options["workers"] = DEFAULT_ADVISE_WORKERS
-    counts, cluster, comm = resolve_cluster(ps_count=1, **cluster_options)
+    no_interference = cluster_options.pop("no_interference")
+    if throughput is not None and cluster_options.get("cpu_per_node") is not None:
+        raise UserError("--target-throughput searches the NIC bandwidth, which --cpu-per-node caps; drop one of them")
+    counts, cluster, comm, notes = resolve_cluster(ps_count=1, interference=not no_interference, **cluster_options)
     loaded = load_profile(profile)
     with console.status("searching", spinner="dots") if console.is_terminal else _nothing():
         advice = advise(loaded, cluster, comm, counts, method=method, confirm=confirm, confirm_top=confirm_top,
@@ -115,6 +118,8 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
     from sgdscale.report.advice import print_advice
 
     print_advice(console, advice)
+    for note in notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_path:
         from sgdscale.jsonio import write_json_atomic
 

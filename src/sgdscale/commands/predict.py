@@ -71,9 +71,11 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
                     intra_bandwidth: str | None, intra_latency: str | None, cluster_file: str | None,
                     bandwidth: str | None, latency: str | None, ps_count: int, ps_bandwidth: str | None,
                     algorithm: str, network_file: str | None, compute_scale: str | None = None,
-                    slow_links: tuple[str, ...] = ()):
+                    slow_links: tuple[str, ...] = (), cpu_per_node: float | None = None,
+                    interference: bool = True):
     """The cluster options of `predict` (shared with `advise` and `sweep`) as (worker counts,
-    Cluster with `workers` set for per-worker options or 1, the NIC's CommModel)."""
+    Cluster with `workers` set for per-worker options or 1, the NIC's cost model with the node's
+    CPU bound and interference applied, notes saying what was applied)."""
     from sgdscale.cluster import Cluster
     from sgdscale.clusters import load_cluster
     from sgdscale.comm import CommModel, load_network
@@ -94,6 +96,9 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
     if spec is not None and (spec.slow_nodes or spec.slow_nics):
         scales, links = _spec_overrides(spec, workers, gpus, scales, links)
     counts = _worker_counts(workers, scales, links)
+    if cpu_per_node is not None and not cpu_per_node > 0:
+        raise UserError(f"--cpu-per-node must be positive, got {cpu_per_node:g} (e.g. --cpu-per-node 0.45)")
+    network = None
     nic_bps = spec.nic.bandwidth_bps if spec else 10e9
     nic_latency_s = spec.nic.latency_s if spec else 20e-6
     if network_file:
@@ -107,6 +112,11 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
         bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else nic_bps
         latency_s = parse_time_s(latency, "latency") if latency else nic_latency_s
         comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
+    from sgdscale.comm.interference import node_model
+
+    link_bps = (network.environment or {}).get("bandwidth_bps") if network is not None else None
+    comm, notes = node_model(comm, network=network, link_bps=float(link_bps or bandwidth_bps),
+                             cpu_cores=cpu_per_node, interference=interference)
     if ps_bandwidth:
         ps_bps = parse_bandwidth_bps(ps_bandwidth)
     else:
@@ -119,8 +129,7 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
         spec.intra.latency_s if spec else 5e-6)
     cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
                       links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s)
-
-    return counts, cluster, comm
+    return counts, cluster, comm, notes
 
 
 @click.command("predict")
@@ -162,6 +171,11 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
 @click.option("--no-variability", is_flag=True, help="Use mean layer times (deterministic).")
 @click.option("--network", "network_file", default=None, metavar="FILE",
               help="Measured network (sgdscale.network/1 from `sgdscale netbench`) instead of --bandwidth/--latency.")
+@click.option("--cpu-per-node", type=float, default=None, metavar="CORES",
+              help="CPU budget of a node (e.g. 0.45): links run at most at CORES / CPU cost per byte. "
+                   "[default: the quota the network file was measured at]")
+@click.option("--no-interference", is_flag=True,
+              help="Leave out the measured compute/communication interference of the network file.")
 @click.option("--compute-scale", default=None, metavar="F,F,...",
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
@@ -175,7 +189,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
                     bandwidth: str | None, latency: str | None,
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
                     algorithm: str, allreduce_scheme: str, ps_placement: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
-                    network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
+                    network_file: str | None, cpu_per_node: float | None, no_interference: bool,
+                    compute_scale: str | None, slow_links: tuple[str, ...],
                     json_path: str | None, plot_path: str | None, trace_path: str | None) -> None:
     """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
     `sgdscale profile`, or a built-in name such as resnet50; see `sgdscale show --list`).
@@ -189,6 +204,7 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
       sgdscale predict resnet50 --network net.json --plot r50.png
       sgdscale predict resnet50 --nodes 1-8:x2 --gpus-per-node 8 --intra-bandwidth 300GB/s --bandwidth 25Gbit
       sgdscale predict resnet50 --cluster dgx-a100 --nodes 4 --allreduce auto
+      sgdscale predict cnn --network net.json --cpu-per-node 0.45 --workers 2,4   (CPU-bound links)
     """
     from rich.console import Console
 
@@ -210,11 +226,12 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
                     placement=placement, allreduce=allreduce_scheme, ps_placement=ps_placement)
 
-    counts, cluster, comm = resolve_cluster(
+    counts, cluster, comm, notes = resolve_cluster(
         workers=workers, nodes=nodes, gpus_per_node=gpus_per_node, intra_bandwidth=intra_bandwidth,
         intra_latency=intra_latency, cluster_file=cluster_file, bandwidth=bandwidth, latency=latency,
         ps_count=ps_count, ps_bandwidth=ps_bandwidth, algorithm=algorithm, network_file=network_file,
-        compute_scale=compute_scale, slow_links=slow_links)
+        compute_scale=compute_scale, slow_links=slow_links, cpu_per_node=cpu_per_node,
+        interference=not no_interference)
     loaded = load_profile(profile)
 
     with _progress(err, len(counts) * len(methods)) as report:
@@ -229,6 +246,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
     for line in bottleneck_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_path:
         from sgdscale.jsonio import write_json_atomic
 
