@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64"
@@ -76,6 +77,7 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
               help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable).")
+@calibration_options
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Plot throughput and speedup vs workers.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
@@ -84,7 +86,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
                     algorithm: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
                     network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
-                    json_path: str | None, plot_path: str | None, trace_path: str | None) -> None:
+                    json_path: str | None, plot_path: str | None, trace_path: str | None,
+                    **calibration: str | int | None) -> None:
     """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
     `sgdscale profile`, or a built-in name such as resnet50; see `sgdscale show --list`).
 
@@ -95,6 +98,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
       sgdscale predict gpt2 --strategy ps-sync --ps 2 --workers 1-32:x2 --json out.json
       sgdscale predict resnet50 --workers 4 --compute-scale 1,1,1,2 --trace r50.trace.json
       sgdscale predict resnet50 --network net.json --plot r50.png
+      sgdscale predict resnet50 --device-throughput 2470/s --batch-size 256 --bandwidth 1.2Tbit
+      sgdscale predict resnet50 --target-device A100 --precision bf16 --workers 8
     """
     from rich.console import Console
 
@@ -122,7 +127,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
     scales = _parse_scales(compute_scale) if compute_scale else ()
     links = tuple(_parse_slow_link(text) for text in slow_links)
     counts = _worker_counts(workers, scales, links)
-    loaded = load_profile(profile)
+    measured = load_profile(profile)
+    loaded = apply_calibration(measured, **calibration)
     if network_file:
         network = load_network(network_file)
         comm = CommModel.from_network(network, algorithm)
@@ -144,6 +150,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
 
     from sgdscale.report.table import bottleneck_lines, header_line, prediction_table
 
+    note = calibration_line(measured, loaded)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(header_line(prediction), highlight=False)
     console.print(prediction_table(prediction))
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
