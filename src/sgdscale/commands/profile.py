@@ -147,7 +147,10 @@ def _check_output(path: Path) -> None:
 @click.option("--iterations", "-n", type=int, default=10, show_default=True,
               help="Measured steps (as many uninstrumented steps are interleaved).")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads.")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cuda: times with CUDA events (no synchronization inside the step).")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16", "tf32"]), default="fp32", show_default=True,
+              help="Train in this precision (bf16/fp16: model and inputs cast; tf32: CUDA only).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic batches.")
 def profile_command(
     model: str,
@@ -163,6 +166,7 @@ def profile_command(
     iterations: int,
     threads: int,
     device: str,
+    precision: str,
     seed: int,
 ) -> None:
     """Measure one training step of MODEL layer by layer with real PyTorch and write a profile.
@@ -201,7 +205,7 @@ def profile_command(
     workload = build_workload(model, image_size=image_size, seq_len=seq_len, seed=seed, **options)
     result = profile_workload(
         workload, batch_size, warmup=warmup, iterations=iterations, threads=threads, device=device,
-        progress=True, extra_provenance={"command": "sgdscale profile " + model, "seed": seed},
+        precision=precision, progress=True, extra_provenance={"command": "sgdscale profile " + model, "seed": seed},
     )
     if output is not None:
         try:
