@@ -1,0 +1,147 @@
+"""Reproduce published multi-GPU data-parallel throughput with sgdscale; report every case's error.
+
+Reads benchmarks/public_data/multigpu.json (every number there has its source: title, URL,
+table). For each case: take sgdscale's built-in profile of the same model (its layer structure,
+parameter tensors and gradient ready order; measured on this project's CPU), calibrate it to the
+published ONE-device throughput at the published per-device batch (`calibrate.to_throughput`,
+what `sgdscale predict --device-throughput N/s --batch-size B` does), and predict the
+multi-device throughput on the case's network (flat cluster: every worker its own link of the
+stated bandwidth; see each case's `assumed`). Prints one line per (case, device count) with the
+error = predicted / published - 1, with per-iteration variability off (deterministic; GPU steps
+vary far less than this CPU's) and on (the CPU profile's relative spread, as a pessimistic bound),
+and writes benchmarks/results/public_multigpu/{results.json,summary.md}.
+
+Extending it: add a case to the JSON (same fields); a case needing multi-GPU-per-node topology
+(intra-node link + shared NIC + hierarchical all-reduce) is modelled here per node or as a flat
+ring and says so in `assumed`; when `--nodes/--gpus-per-node` lands, give such a case
+`nodes`/`gpus_per_node` and route it through that cluster in `cluster_for`.
+
+    .venv/bin/python benchmarks/public_multigpu.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "public_data" / "multigpu.json"
+OUT = ROOT / "benchmarks" / "results" / "public_multigpu"
+
+
+def cluster_for(case: dict, workers: int):
+    """The flat cluster, strategy and cost model of a case."""
+    from sgdscale.cluster import Cluster
+    from sgdscale.comm import CommModel
+    from sgdscale.strategy import MIB, Strategy
+    from sgdscale.units import parse_bandwidth_bps, parse_time_s
+
+    bandwidth = parse_bandwidth_bps(case["bandwidth"])  # a number (bit/s) or text such as 25Gbit
+    latency = parse_time_s(case["latency"])
+    ps = case.get("ps_per_node", 0) * workers if case["strategy"].startswith("ps") else 1
+    cluster = Cluster(1, bandwidth, latency, max(ps, 1))
+    strategy = Strategy(kind=case["strategy"], grouping=case.get("grouping"),
+                        bucket_bytes=case.get("bucket_mb", 25) * MIB)
+    return cluster, strategy, CommModel.from_link(bandwidth, latency, strategy.algorithm)
+
+
+def implied_bandwidth_bps(profile, case: dict, count: int, published: float) -> float | None:
+    """The link bandwidth at which the deterministic prediction equals the published throughput
+    (bisection in log space between 10 Mbit/s and 100 Tbit/s); None when no bandwidth does."""
+    from sgdscale.predict import predict
+
+    def throughput(bps: float) -> float:
+        cluster, strategy, comm = cluster_for({**case, "bandwidth": bps}, count)
+        return predict(profile, cluster, strategy, comm, [count], ["fine"], iterations=20, warmup=2,
+                       variability=False).results[0].throughput
+
+    low, high = 1e7, 1e14
+    if not throughput(low) <= published <= throughput(high):
+        return None
+    for _ in range(30):
+        middle = (low * high) ** 0.5
+        low, high = (middle, high) if throughput(middle) < published else (low, middle)
+    return (low * high) ** 0.5
+
+
+def predict_case(case: dict) -> list[dict]:
+    from sgdscale.calibrate import to_throughput
+    from sgdscale.predict import predict
+    from sgdscale.profile import load_profile
+
+    base = load_profile(case["model"])
+    per_node = "gpus_per_node" in case
+    if per_node:
+        batch = case["batch_per_gpu"] * case["gpus_per_node"]
+        one, measured = case["one_node_samples_per_s"], case["measured_nodes"]
+    else:
+        batch = case["batch_per_gpu"]
+        one = case["one_gpu_samples_per_s"]
+        measured = case.get("measured") or {n: e * int(n) * one for n, e in case["measured_efficiency"].items()}
+    profile = to_throughput(base, one, batch)
+    rows = []
+    for count_text, published in measured.items():
+        count = int(count_text)
+        cluster, strategy, comm = cluster_for(case, count)
+        row = {"case": case["id"], "source": case["source"], "model": case["model"], "precision": case["precision"],
+               "workers": count, "unit": "nodes" if per_node else "GPUs", "batch_per_worker": batch,
+               "one_worker_samples_per_s": one, "published_samples_per_s": published,
+               "published_efficiency": published / (count * one)}
+        for variability in (False, True):
+            prediction = predict(profile, cluster, strategy, comm, [count], ["fine"], iterations=50, warmup=5,
+                                 variability=variability)
+            result = prediction.results[0]
+            key = "var" if variability else "det"
+            row[f"predicted_samples_per_s_{key}"] = result.throughput
+            row[f"predicted_efficiency_{key}"] = result.throughput / (count * one)
+            row[f"error_{key}"] = result.throughput / published - 1
+            row[f"bottleneck_{key}"] = result.bottleneck
+        row["assumed_bandwidth_bps"] = cluster.bandwidth_bps
+        row["implied_bandwidth_bps"] = implied_bandwidth_bps(profile, case, count, published)
+        rows.append(row)
+    return rows
+
+
+def implied(row: dict) -> str:
+    bps = row["implied_bandwidth_bps"]
+    return "no bandwidth" if bps is None else f"{bps / 8e9:.3g} GB/s"
+
+
+def main() -> int:
+    data = json.loads(DATA.read_text())
+    rows = []
+    for case in data["cases"]:
+        for row in predict_case(case):
+            rows.append(row)
+            print(f"{row['case']:28s} {row['workers']:4d} {row['unit']:5s} published {row['published_samples_per_s']:9.0f}/s "
+                  f"(eff {row['published_efficiency']:5.1%})  predicted {row['predicted_samples_per_s_det']:9.0f}/s "
+                  f"(eff {row['predicted_efficiency_det']:5.1%}, error {row['error_det']:+6.1%}); with CPU-profile "
+                  f"variability {row['predicted_samples_per_s_var']:9.0f}/s (error {row['error_var']:+6.1%}); "
+                  f"matches at {implied(row)} (assumed {row['assumed_bandwidth_bps'] / 8e9:.3g} GB/s)", flush=True)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    errors = [abs(r["error_det"]) for r in rows]
+    lines = ["# Published multi-GPU throughput vs sgdscale", "",
+             "Generated by `benchmarks/public_multigpu.py` from `benchmarks/public_data/multigpu.json` (sources there and "
+             "in docs/public-validation.md). One-device throughput calibrated to the published figure; error = "
+             "predicted / published - 1.", "",
+             "| case | devices | published | predicted (no variability) | error | predicted (CPU variability) | error | "
+             "link assumed | link that would match |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['workers']} {r['unit']} | {r['published_samples_per_s']:.0f}/s "
+                     f"({r['published_efficiency']:.0%}) | {r['predicted_samples_per_s_det']:.0f}/s "
+                     f"({r['predicted_efficiency_det']:.0%}) | {r['error_det']:+.1%} | "
+                     f"{r['predicted_samples_per_s_var']:.0f}/s | {r['error_var']:+.1%} | "
+                     f"{r['assumed_bandwidth_bps'] / 8e9:.3g} GB/s | {implied(r)} |")
+    lines += ["", f"|error| without variability over {len(rows)} cases: median {statistics.median(errors):.1%}, "
+              f"max {max(errors):.1%}."]
+    (OUT / "summary.md").write_text("\n".join(lines) + "\n")
+    print(lines[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
