@@ -5,7 +5,8 @@ No GPU is available here, so the two device changes this machine can make stand 
 - fp32 -> bf16 (1 thread; the model and inputs cast to bfloat16, which this CPU runs with AMX):
   vm-cpu-1t fp32 -> vm-cpu-1t bf16.
 For each model and repeat, the script profiles the source and the target configuration
-back to back (under the project CPU lock), retargets the source profile with
+back to back (under the project CPU lock, after waiting up to a minute for the rest of the
+machine to leave a core free; the busy cores seen are recorded per row), retargets the source profile with
 `sgdscale.calibrate.retarget`, and compares it with the measured target profile:
 - step error: predicted vs measured one-device step (sum of the profile's parts), in %;
 - layer error: median and worst |error| over layers of (forward + backward) time, for layers
@@ -30,6 +31,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from build_profiles import busy_cores, wait_for_quiet  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "device_calibration"
 
 # name -> (zoo model, build options, batch size, iterations)
@@ -87,6 +91,7 @@ def main() -> int:
         for repeat in range(args.repeats):
             measured = {}
             with cpu_lock():
+                busy_before = wait_for_quiet(0.9, 60.0)
                 for precision, threads in (("fp32", 1), ("fp32", 2), ("bf16", 1)):
                     path = OUT / "profiles" / f"{name}-{precision}-{threads}t-r{repeat}.json"
                     workload = build_workload(model, seed=0, **options)
@@ -94,6 +99,7 @@ def main() -> int:
                                                precision=precision, extra_provenance={"repeat": repeat})
                     save_profile(profile, path)
                     measured[(precision, threads)] = load_profile(path)
+                busy_after = busy_cores(0.5)
             for case, spec in CASES.items():
                 source, target = measured[spec["source"]], measured[spec["target"]]
                 predicted = retarget(source, get_device(spec["to"]), spec["target"][0], get_device(spec["from"]),
@@ -111,6 +117,8 @@ def main() -> int:
                     "uniform_layer_error_median": layer_errors(shape_only, target)[0],
                     "uniform_layer_error_max": layer_errors(shape_only, target)[1],
                     "load_average_1m": target.provenance.get("load_average_1m"),
+                    "other_busy_cores_before": round(busy_before, 2),
+                    "busy_cores_after": round(busy_after, 2),
                 }
                 rows.append(row)
                 print(f"{name:10s} {case:8s} r{repeat}  source {source.compute_s * 1e3:7.1f} ms  measured "
@@ -118,7 +126,7 @@ def main() -> int:
                       f"({row['roofline_step_error']:+6.1%})  ideal {ideal.compute_s * 1e3:7.1f} ms "
                       f"({row['ideal_step_error']:+6.1%})  layers: roofline median {row['roofline_layer_error_median']:.1%} "
                       f"max {row['roofline_layer_error_max']:.1%}, uniform median {row['uniform_layer_error_median']:.1%} "
-                      f"max {row['uniform_layer_error_max']:.1%}  load {row['load_average_1m']}", flush=True)
+                      f"max {row['uniform_layer_error_max']:.1%}  busy before {busy_before:.2f}", flush=True)
                 (OUT / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     write_summary(rows)
     return 0
