@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from sgdscale.device import catalog
 from sgdscale.profile import Profile
 
 HELP = {
@@ -17,10 +18,12 @@ HELP = {
                          "by one factor so a step takes batch/throughput; layer sizes and ready order stay.",
     "step_time": "Measured time of one training step on the target device (e.g. 120ms); same scaling.",
     "batch_size": "Samples per device per step on the target (with --device-throughput/--step-time).",
-    "target_device": "Move the profile to a catalog device by roofline: per layer, time = max(flops/peak, "
-                     "bytes/bandwidth) on each device, measured time x target/source. Needs counted "
-                     "flops/bytes in the profile; a model, not a measurement (error and limits: docs/devices.md). "
-                     "Devices: K80 P100 V100 T4 A10 A100 H100 H200 L4 vm-cpu-1t vm-cpu-2t.",
+    "target_device": "Move the profile to a catalog device by roofline: per layer and direction, model time = "
+                     "max(flops/peak FLOP/s, bytes/memory bandwidth) on each device; measured time x "
+                     "model(target)/model(source); data loading stays. Needs counted flops/bytes in the profile. "
+                     "A model, not a measurement: it ignores caches, kernel fusion, launch overheads and "
+                     "how far real kernels stay below peak (measured error and limits: docs/devices.md). "
+                     "Devices: " + " ".join(catalog()) + ".",
     "precision": "Compute precision on the target device: fp32, tf32, fp16, bf16 [default: the profile's].",
     "from_device": "Catalog device the profile was measured on [default: the profile's device_key].",
 }

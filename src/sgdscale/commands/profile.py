@@ -83,6 +83,8 @@ def show(profile: str | None, list_builtin: bool, output: Path | None, **calibra
     time, parameters, gradient bytes, counted flops, and totals. With calibration options, show
     (and with -o save) the profile moved to another device."""
     console = Console()
+    if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+        console = Console(width=120)
     if list_builtin or profile is None:
         for name in builtin_profile_names():
             console.print(name)
