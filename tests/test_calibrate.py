@@ -190,8 +190,10 @@ def test_predict_with_device_throughput_predicts_that_throughput(tmp_path, capsy
     text = capsys.readouterr().out
     assert code == 0
     assert "calibrated profile: scaled" in text and "batch 32" in text
-    result = json.loads(out.read_text())["results"][0]
-    assert result["throughput"] == pytest.approx(253.0, rel=1e-6)
+    data = json.loads(out.read_text())
+    assert data["results"][0]["throughput"] == pytest.approx(253.0, rel=1e-6)
+    (step,) = data["inputs"]["profile"]["calibration"]  # the JSON says how the profile was moved
+    assert step["kind"] == "step_time" and step["batch_size"] == 32 and step["step_s"] == pytest.approx(32 / 253)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -25,6 +25,10 @@ def test_every_case_has_a_source_and_a_model():
         assert case["table"] and case["assumed"]
         assert case.get("measured") or case.get("measured_nodes") or case.get("measured_efficiency")
     assert len({c["id"] for c in DATA["cases"]}) == len(DATA["cases"])
+    for case in DATA["device_cases"]:
+        assert case["source"] in DATA["sources"] and case["model"] in builtin_profile_names()
+        for end in (case["from"], case["to"]):
+            assert end["samples_per_s"] > 0 and end["batch"] > 0 and end["table"]
 
 
 def test_one_case_reproduces_with_the_benchmark_code():
