@@ -1,39 +1,52 @@
 """Accuracy benchmark: predicted vs measured throughput on the emulated cluster (needs root, torch).
 
-Runs `sgdscale validate` over the standard grid (3 models with clearly different
-compute/communication ratios, one a transformer; 2 bandwidths; the 3 strategies; 2 and 4 workers;
-plus 8-worker all-reduce and PS cases) and keeps everything it produced in
-benchmarks/results/accuracy/: results.json (every case), the profiles and network files it used,
-validation.png and the printed tables (output.txt). Rerun it to resume an interrupted grid;
-delete the folder to start over; pass --repredict to recompute every prediction from the kept
-profiles, network files and measurements after a change to the predictors (no runs repeated).
+Runs `sgdscale validate` over one named set of grids from benchmarks/grids/ (see its README):
+`tuning` (the grid the model fixes were found on) or `heldout` (committed before its first run,
+never used to change a model). Everything it produces stays in benchmarks/results/accuracy-<set>/:
+results.json (every case with every run), the profiles and network files it used, validation.png
+and the printed tables (output.txt). Rerun to resume an interrupted set; pass --repredict to
+recompute every prediction from the kept profiles, network files and measurements after a
+change to the predictors (no runs repeated). Then `benchmarks/repeatability.py` on the same
+folder reports how far the repeated measurements of each case spread.
 
-    .venv/bin/python benchmarks/accuracy.py [--repredict]
+    .venv/bin/python benchmarks/accuracy.py heldout [--repredict]
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).parent / "results" / "accuracy"
-GRIDS = [
-    ["--models", "mlp,cnn,gpt2", "--workers", "2,4", "--bandwidth", "200Mbit,1Gbit",
-     "--strategies", "allreduce,ps-sync,ps-async"],
-    ["--models", "mlp,gpt2", "--workers", "8", "--bandwidth", "200Mbit", "--strategies", "allreduce,ps-sync"],
-]
+HERE = Path(__file__).parent
 
 
-def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
-    with open(OUT / "output.txt", "w") as log:
-        for grid in GRIDS:
-            command = [sys.executable, "-m", "sgdscale.cli", "validate", *grid, "-o", str(OUT), *sys.argv[1:]]
+def commands(set_name: str, out: Path) -> list[list[str]]:
+    spec = json.loads((HERE / "grids" / f"{set_name}.json").read_text())
+    runs = []
+    for grid in spec["grids"]:
+        args = ["validate", "--workload", grid["workload"], "--models", ",".join(grid["models"]),
+                "--workers", ",".join(map(str, grid["workers"])), "--bandwidth", ",".join(grid["bandwidth"]),
+                "--strategies", ",".join(grid["strategies"]), "--cpu-per-node", str(spec["cpu_per_node"]),
+                "--repeats", str(spec["repeats"]), "-o", str(out)]
+        runs.append(args)
+    return runs
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {p.stem for p in (HERE / "grids").glob("*.json")}:
+        sys.exit(__doc__)
+    set_name, extra = argv[0], argv[1:]
+    out = HERE / "results" / f"accuracy-{set_name}"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "output.txt", "a") as log:
+        for args in commands(set_name, out):
+            command = [sys.executable, "-m", "sgdscale.cli", *args, *extra]
             log.write("$ sgdscale " + " ".join(command[3:]) + "\n")
             log.flush()
-            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "160"})
+            done = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
             log.write(done.stdout)
             sys.stdout.write(done.stdout)
             if done.returncode != 0:
@@ -42,4 +55,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

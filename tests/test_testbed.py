@@ -32,7 +32,7 @@ def leftovers(prefix: str) -> list[str]:
     found += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith(prefix)]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     found += [f"link {line.split(':')[1].strip()}" for line in links.splitlines() if prefix in line]
-    found += [f"cgroup {p.name}" for p in tb.CGROUP_CPU_ROOT.glob(f"{prefix}*")]
+    found += [f"cgroup {p}" for root in tb.CGROUP_ROOTS for p in root.glob(f"{prefix}*")]
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cgroups = (proc / "cgroup").read_text()
@@ -264,4 +264,32 @@ def test_teardown_while_processes_are_still_starting():
         prefix = bed.prefix
         procs = [bed.popen(k % 2, ["sleep", "300"], stderr=subprocess.DEVNULL) for k in range(6)]
     assert all(p.wait(timeout=10) != 0 for p in procs)
+    assert leftovers(prefix) == []
+
+
+def test_pack_cpus_never_promises_a_core_more_than_it_has_when_avoidable():
+    assert tb.pack_cpus([0.45] * 4, [0, 1]) == [(0,), (1,), (0,), (1,)]
+    # biggest first: 0.9 takes a core alone, the small ones share the other; no quota = every CPU
+    assert tb.pack_cpus([0.2, 0.9, 0.2, None], [0, 1]) == [(1,), (0,), (1,), (0, 1)]
+    assert tb.pack_cpus([1.5, 0.5], [0, 1]) == [(0, 1), (0,)]
+
+
+@needs_root
+def test_pinned_nodes_run_on_their_own_core_and_report_the_cpu_they_received():
+    code = BUSY.format(s=1.0) + "import os; print(sorted(os.sched_getaffinity(0)))\n"
+    with Testbed(2, 1e9, 0.5, pin_cpus=True) as bed:
+        prefix = bed.prefix
+        before = bed.cpu_snapshot()
+        procs = [bed.popen(k, [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for k in range(2)]
+        outs = [p.communicate(timeout=30)[0].splitlines() for p in procs]
+        report = bed.cpu_report(before, bed.cpu_snapshot())
+    assert [json.loads(out[-1]) for out in outs] == [[0], [1]]
+    assert report["pinned"] and [n["cpus"] for n in report["nodes"]] == [[0], [1]]
+    for node, out in zip(report["nodes"], outs):
+        busy = json.loads(out[0])
+        # cpuacct counts what the loop got (plus interpreter start-up) over a slightly longer window
+        assert node["received_cores"] * report["wall_s"] >= busy["cpu_s"] * 0.9
+        assert node["received_cores"] <= 0.5 * 1.1
+        assert 0 < node["throttled_periods_fraction"] <= 1  # other load on the core can keep it below quota
+    assert report["other_load_cores"] >= 0
     assert leftovers(prefix) == []

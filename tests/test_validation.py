@@ -12,7 +12,7 @@ import os
 import pytest
 
 from sgdscale.runtime.measurement import load_measurement
-from sgdscale.validation import Grid, ModelSpec, Validator, relative_error, summarize
+from sgdscale.validation import Grid, ModelSpec, Validator, relative_error, runs_of, summarize
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)")
 
@@ -35,6 +35,23 @@ def test_grid_cases_keys_and_summary():
     assert summary["coarse", "all"]["max_abs_error"] == pytest.approx(0.40)
 
 
+def test_a_case_is_scored_by_the_median_of_its_runs_with_its_band(tmp_path):
+    grid = Grid(specs=[ModelSpec("mlp", 32)], workers=[2], bandwidths_bps=[1e9], strategies=["allreduce"], repeats=3)
+    case = grid.cases()[0]
+    runs = [{"round": r, "measured_throughput": m, "measured_iteration_s": {"mean": 1.0},
+             "predicted_throughput": {"fine": f, "coarse": c}, "predicted_iteration_s": {}, "predicted_breakdown": {},
+             "bottleneck": {}} for r, (m, f, c) in enumerate([(100.0, 110.0, 90.0), (80.0, 100.0, 95.0),
+                                                               (120.0, 105.0, 97.0)])]
+    row = Validator(grid, tmp_path, log=lambda text: None).case_row(case, runs)
+    assert row["measured_band"] == [80.0, 100.0, 120.0]
+    assert row["predicted_throughput"] == {"fine": 105.0, "coarse": 95.0}
+    assert row["error"]["fine"] == pytest.approx(0.05) and row["error"]["coarse"] == pytest.approx(-0.05)
+    assert runs_of(row) == runs
+    # a row from before repeats is one run of round 0
+    old = {"key": case.key, "measured_throughput": 50.0, "predicted_throughput": {"fine": 55.0}}
+    assert runs_of(old) == [{"round": 0, "measured_throughput": 50.0, "predicted_throughput": {"fine": 55.0}}]
+
+
 @pytest.mark.testbed
 @needs_root
 def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
@@ -52,7 +69,7 @@ def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
         for method in ("fine", "coarse"):
             error = relative_error(row["predicted_throughput"][method], row["measured_throughput"])
             assert abs(error) <= BOUND, f"{row['key']} {method}: predicted {error:+.0%} off"
-    assert {item["method"] for item in summarize(rows)} == {"fine", "coarse"}
+    assert {item["method"] for item in summarize(rows)} == {"fine", "coarse", "fine-nominal", "coarse-nominal"}
 
 
 @pytest.mark.testbed

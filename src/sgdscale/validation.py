@@ -1,17 +1,24 @@
 """Validation: every prediction checked against a real distributed run on the emulated cluster.
 
 For each case (model, workers, bandwidth, strategy) the grid
-1. profiles the model once on a single emulated node under the same CPU quota as the cluster nodes
-   (cached per model),
+1. profiles the model on a single emulated node under the same CPU quota as the cluster nodes,
+   once per round, right before that model's runs of the round (the node's speed drifts over
+   minutes, so a profile taken long before a run misjudges it),
 2. benchmarks the shaped network once per bandwidth (p2p and all-reduce for every worker count in
    the grid; cached),
-3. predicts with both methods from that profile and network file,
+3. predicts with both methods from that round's profile and the network file,
 4. runs the real training on an emulated cluster of workers (+ server shards) and
 5. records predicted, measured and the relative error.
 
-Each finished case is appended to `results.json` at once, so an interrupted grid resumes where it
-stopped. Every node gets the same CPU quota (`cpu_per_node_cores`), so one profile per model serves
-every cluster size.
+With `repeats` R, the whole grid runs R rounds, so each case is measured R times interleaved with
+the other cases (a slow spell of the machine then hits different cases, not one case R times).
+A case is scored by the median of its runs' predictions against the median of its measurements,
+and keeps its band (min, median, max): an error inside the band cannot be told from noise.
+
+Each finished run is saved to `results.json` at once, so an interrupted grid resumes where it
+stopped. Every node gets the same CPU quota (`cpu_per_node_cores`), so one profile per model and
+round serves every cluster size. Nodes are pinned to cores (`pin_cpus`; see runtime/testbed.py) and
+each run records the CPU its nodes really received and the machine's other load.
 """
 
 from __future__ import annotations
@@ -92,6 +99,8 @@ class Grid:
     iterations: int = 15
     warmup: int = 3
     profile_iterations: int = 20
+    repeats: int = 1
+    pin_cpus: bool = True
     cases_filter: Callable[[Case], bool] | None = field(default=None, repr=False)
 
     def cases(self) -> list[Case]:
@@ -116,7 +125,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median and maximum absolute error per method and strategy, and per method overall."""
     rows = list(rows)
     summary = []
-    for method in ("fine", "coarse"):
+    for method in ("fine", "coarse", "fine-nominal", "coarse-nominal"):
         for strategy in sorted({r["strategy"] for r in rows}) + ["all"]:
             errors = [abs(r["error"][method]) for r in rows
                       if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
@@ -144,8 +153,9 @@ class Validator:
             self.rows = data["cases"]
 
     # ---------------------------------------------------------------- cached inputs
-    def profile_path(self, spec: ModelSpec) -> Path:
-        return self.out_dir / "profiles" / f"{spec.label}-q{self.grid.cpu_per_node_cores:g}.json"
+    def profile_path(self, spec: ModelSpec, round_index: int = 0) -> Path:
+        suffix = f"-r{round_index}" if round_index else ""
+        return self.out_dir / "profiles" / f"{spec.label}-q{self.grid.cpu_per_node_cores:g}{suffix}.json"
 
     def bench_counts(self) -> list[int]:
         """Process counts the network benchmark runs: every all-reduce size of the grid (2 at least)."""
@@ -155,17 +165,18 @@ class Validator:
         counts = "-".join(str(n) for n in self.bench_counts())
         return self.out_dir / "networks" / f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}-n{counts}.json"
 
-    def ensure_profile(self, spec: ModelSpec) -> Path:
+    def ensure_profile(self, spec: ModelSpec, round_index: int = 0) -> Path:
         """Profile on one emulated node with the cluster's per-node CPU quota (one core's share)."""
         from sgdscale.runtime.testbed import Testbed
 
-        path = self.profile_path(spec)
+        path = self.profile_path(spec, round_index)
         if path.exists():
             return path
-        self.log(f"profiling {spec.label} on one node at {self.grid.cpu_per_node_cores:g} cores")
+        self.log(f"profiling {spec.label} on one node at {self.grid.cpu_per_node_cores:g} cores"
+                 + (f" (round {round_index + 1})" if round_index else ""))
         argv = [sys.executable, "-m", "sgdscale.cli", "profile", spec.model, "-o", str(path), "--threads", "1",
                 "--iterations", str(self.grid.profile_iterations), *spec.cli_args()]
-        with Testbed(1, 1e9, self.grid.cpu_per_node_cores) as testbed:
+        with Testbed(1, 1e9, self.grid.cpu_per_node_cores, pin_cpus=self.grid.pin_cpus) as testbed:
             done = testbed.run_on_node(0, argv, timeout_s=1800, env={"OMP_NUM_THREADS": "1"})
         if done.returncode != 0 or not path.exists():
             raise UserError(f"profiling {spec.label} failed:\n{done.stderr.strip()[-2000:]}")
@@ -182,7 +193,8 @@ class Validator:
         counts = self.bench_counts()
         self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes")
         config = bench_config(message_sizes(1e3, 16e6, 9), repeats=5, warmup=1, ops=["p2p", "allreduce"])
-        with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores) as testbed:
+        with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores,
+                     pin_cpus=self.grid.pin_cpus) as testbed:
             network = run_netbench(counts, config, placement=testbed, bandwidth_hint_bps=bandwidth_bps,
                                    source=f"emulated cluster, tbf {format_bandwidth(bandwidth_bps)}, "
                                           f"{self.grid.cpu_per_node_cores:g} cores per node",
@@ -192,21 +204,30 @@ class Validator:
         return path
 
     # ---------------------------------------------------------------- one case
-    def predict_case(self, case: Case) -> dict[str, Any]:
+    def predict_case(self, case: Case, round_index: int = 0) -> dict[str, Any]:
+        """Both methods' results given the measured network file ("fine", "coarse") and given only
+        the nominal bandwidth and default latency ("fine-nominal", "coarse-nominal"), as a user
+        without a network benchmark would predict."""
         from sgdscale.cluster import Cluster
         from sgdscale.comm import CommModel, load_network
         from sgdscale.predict import predict
         from sgdscale.profile import load_profile
         from sgdscale.strategy import Strategy
 
-        profile = load_profile(self.ensure_profile(case.spec))
+        profile = load_profile(self.ensure_profile(case.spec, round_index))
         network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         strategy = Strategy(kind=case.strategy)
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
                              iterations=self.predict_iterations)
-        return {r.method: r for r in prediction.results if r.workers == case.workers}
+        results = {r.method: r for r in prediction.results if r.workers == case.workers}
+        nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
+        nominal = predict(profile, nominal_cluster, strategy,
+                          CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), [case.workers],
+                          methods=("fine", "coarse"), iterations=self.predict_iterations)
+        results.update({f"{r.method}-nominal": r for r in nominal.results if r.workers == case.workers})
+        return results
 
     def measure_case(self, case: Case) -> Any:
         from sgdscale.runtime.testbed import Testbed
@@ -218,44 +239,67 @@ class Validator:
             image_size=case.spec.image_size, seq_len=case.spec.seq_len, model_options=dict(case.spec.options),
             bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
         )
-        with Testbed(case.nodes, case.bandwidth_bps, self.grid.cpu_per_node_cores) as testbed:
+        with Testbed(case.nodes, case.bandwidth_bps, self.grid.cpu_per_node_cores,
+                     pin_cpus=self.grid.pin_cpus) as testbed:
             return run_training(config, placement=testbed, timeout_s=1800)
 
-    def measurement_path(self, case: Case) -> Path:
-        return self.out_dir / "measurements" / f"{case.key}.json"
+    def measurement_path(self, case: Case, round_index: int = 0) -> Path:
+        suffix = f"-r{round_index}" if round_index else ""
+        return self.out_dir / "measurements" / f"{case.key}{suffix}.json"
 
-    def run_case(self, case: Case) -> dict[str, Any]:
+    def run_case(self, case: Case, round_index: int = 0) -> dict[str, Any]:
+        """One measured run of `case` in round `round_index`, with its own prediction."""
         from sgdscale.runtime.measurement import save_measurement
 
-        self.ensure_profile(case.spec)  # before the run, so a failing profile costs no run
+        self.ensure_profile(case.spec, round_index)  # before the run, so a failing profile costs no run
         self.ensure_network(case.bandwidth_bps)
         started = time.time()
         measurement = self.measure_case(case)
-        save_measurement(measurement, self.measurement_path(case))
-        row = {
+        save_measurement(measurement, self.measurement_path(case, round_index))
+        run = {
+            "round": round_index,
+            "measured_throughput": measurement.throughput,
+            "measured_iteration_s": measurement.iteration_s.model_dump(),
+            "run_wall_s": time.time() - started,
+            "cpu": measurement.environment.cpu,
+        }
+        return self.predict_run(case, run)
+
+    def predict_run(self, case: Case, run: dict[str, Any]) -> dict[str, Any]:
+        """`run` with its predictions (re)computed from its round's profile and the network file."""
+        predicted = self.predict_case(case, run.get("round", 0))
+        return {
+            **run,
+            "predicted_throughput": {m: r.throughput for m, r in predicted.items()},
+            "predicted_iteration_s": {m: r.iteration_s for m, r in predicted.items()},
+            "predicted_breakdown": {m: asdict(r.breakdown) for m, r in predicted.items()},
+            "bottleneck": {m: r.bottleneck for m, r in predicted.items()},
+        }
+
+    def case_row(self, case: Case, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        """A case scored from its runs: median prediction vs median measurement, with the band."""
+        measured = [run["measured_throughput"] for run in runs]
+        median = statistics.median(measured)
+        methods = list(runs[0]["predicted_throughput"])
+        predicted = {m: statistics.median(run["predicted_throughput"][m] for run in runs) for m in methods}
+        # breakdown and bottleneck of the run whose measurement is nearest the median
+        middle = min(runs, key=lambda run: abs(run["measured_throughput"] - median))
+        return {
             "key": case.key,
             "model": case.spec.label,
             "workers": case.workers,
             "bandwidth_bps": case.bandwidth_bps,
             "strategy": case.strategy,
             "ps_count": case.ps_count,
-            "measured_throughput": measurement.throughput,
-            "measured_iteration_s": measurement.iteration_s.model_dump(),
-            "run_wall_s": time.time() - started,
-        }
-        return self.with_prediction(case, row)
-
-    def with_prediction(self, case: Case, row: dict[str, Any]) -> dict[str, Any]:
-        """`row` with the predicted fields (re)computed from the cached profile and network."""
-        predicted = self.predict_case(case)
-        measured = row["measured_throughput"]
-        return {
-            **row,
-            "predicted_throughput": {m: r.throughput for m, r in predicted.items()},
-            "predicted_iteration_s": {m: r.iteration_s for m, r in predicted.items()},
-            "predicted_breakdown": {m: asdict(r.breakdown) for m, r in predicted.items()},
-            "bottleneck": {m: r.bottleneck for m, r in predicted.items()},
-            "error": {m: relative_error(r.throughput, measured) for m, r in predicted.items()},
+            "measured_throughput": median,
+            "measured_band": [min(measured), median, max(measured)],
+            "measured_iteration_s": middle["measured_iteration_s"],
+            "predicted_throughput": predicted,
+            "predicted_iteration_s": middle["predicted_iteration_s"],
+            "predicted_breakdown": middle["predicted_breakdown"],
+            "bottleneck": middle["bottleneck"],
+            "error": {m: relative_error(predicted[m], median) for m in methods},
+            "runs": runs,
         }
 
     # ---------------------------------------------------------------- the grid
@@ -263,7 +307,8 @@ class Validator:
         write_json_atomic(self.results_path, {
             "schema": VALIDATION_SCHEMA,
             "grid": {"cpu_per_node_cores": self.grid.cpu_per_node_cores, "iterations": self.grid.iterations,
-                     "warmup": self.grid.warmup, "ps_count": self.grid.ps_count},
+                     "warmup": self.grid.warmup, "ps_count": self.grid.ps_count, "repeats": self.grid.repeats,
+                     "pin_cpus": self.grid.pin_cpus},
             "cases": self.rows,
             "summary": summarize(self.rows),
         })
@@ -271,21 +316,41 @@ class Validator:
     def run(self, on_case: Callable[[Case, int, int], None] | None = None,
             on_row: Callable[[dict[str, Any]], None] | None = None, repredict: bool = False,
             ) -> list[dict[str, Any]]:
-        """Run the cases not yet in results.json; with `repredict`, also recompute the predictions
-        of the finished ones (after a change to the predictors) without rerunning them."""
-        done = {row["key"]: index for index, row in enumerate(self.rows)}
+        """Run the runs not yet in results.json, round by round; with `repredict`, also recompute
+        the predictions of the finished ones (after a change to the predictors) without rerunning."""
         cases = self.grid.cases()
-        for index, case in enumerate(cases):
-            if on_case is not None:
-                on_case(case, index, len(cases))
-            if case.key in done:
-                if repredict:
-                    self.rows[done[case.key]] = self.with_prediction(case, self.rows[done[case.key]])
-                    self.save()
-                continue
-            row = self.run_case(case)
-            self.rows.append(row)
+        index_of = {row["key"]: index for index, row in enumerate(self.rows)}
+        if repredict:
+            for case in cases:
+                if case.key in index_of:
+                    runs = [self.predict_run(case, run) for run in runs_of(self.rows[index_of[case.key]])]
+                    self.rows[index_of[case.key]] = self.case_row(case, runs)
             self.save()
-            if on_row is not None:
-                on_row(row)
+        total = len(cases) * self.grid.repeats
+        for round_index in range(self.grid.repeats):
+            for position, case in enumerate(cases):
+                if on_case is not None:
+                    on_case(case, round_index * len(cases) + position, total)
+                runs = runs_of(self.rows[index_of[case.key]]) if case.key in index_of else []
+                if any(run.get("round", 0) == round_index for run in runs):
+                    continue
+                runs = sorted(runs + [self.run_case(case, round_index)], key=lambda run: run.get("round", 0))
+                row = self.case_row(case, runs)
+                if case.key in index_of:
+                    self.rows[index_of[case.key]] = row
+                else:
+                    index_of[case.key] = len(self.rows)
+                    self.rows.append(row)
+                self.save()
+                if on_row is not None:
+                    on_row(row)
         return self.rows
+
+
+def runs_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A case's runs; a row written before repeats existed is its own single run."""
+    if "runs" in row:
+        return row["runs"]
+    keep = ("measured_throughput", "measured_iteration_s", "run_wall_s", "predicted_throughput",
+            "predicted_iteration_s", "predicted_breakdown", "bottleneck")
+    return [{"round": 0, **{key: row[key] for key in keep if key in row}}]

@@ -85,12 +85,14 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
 @click.option("--cpu-quota", type=float, default=None,
               help="CPU cores per node with --emulate [default: this machine's cores / nodes, at most 1].")
+@click.option("--pin-cpus/--no-pin-cpus", default=True, show_default=True,
+              help="With --emulate, also pin each node to its own core(s), so nodes never queue on one core.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the measurement JSON here.")
 @click.option("--write-config", type=click.Path(dir_okay=False), default=None,
               help="Only write the rank config (for torchrun on a real cluster) and exit.")
 def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb, batch_size, iterations,
           warmup, image_size, seq_len, model_options, lr, threads, timeout, port, emulate, bandwidth, cpu_quota,
-          output, write_config) -> None:
+          pin_cpus, output, write_config) -> None:
     """Train MODEL with real data-parallel SGD and measure every iteration of every worker (the
     ground truth for `sgdscale predict`): on local processes, or with --emulate on an emulated
     cluster with one shaped network namespace and CPU quota per node.
@@ -141,7 +143,7 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
 
             quota = cpu_quota or min(1.0, (os.cpu_count() or 1) / config.world_size)
             config.bandwidth_bps, config.cpu_quota = parse_bandwidth_bps(bandwidth), quota
-            with Testbed(config.world_size, config.bandwidth_bps, quota) as testbed:
+            with Testbed(config.world_size, config.bandwidth_bps, quota, pin_cpus=pin_cpus) as testbed:
                 measurement = run_training(config, testbed, timeout_s=timeout_s, on_progress=on_progress)
         else:
             measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)

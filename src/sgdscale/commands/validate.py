@@ -37,13 +37,15 @@ def model_spec(name: str, batch_size: int | None):
 
 def results_table(rows: list[dict]) -> Table:
     table = Table(title="predicted vs measured throughput (samples/s)")
-    for column in ("model", "strategy", "workers", "bandwidth", "measured", "fine", "err", "coarse", "err"):
+    for column in ("model", "strategy", "workers", "bandwidth", "measured", "band", "fine", "err", "coarse", "err"):
         table.add_column(column, justify="left" if column in ("model", "strategy") else "right")
     for row in rows:
         pred, err = row["predicted_throughput"], row["error"]
+        low, median, high = row.get("measured_band") or [row["measured_throughput"]] * 3
+        band = f"{(low - median) / median:+.0%}..{(high - median) / median:+.0%} ({len(row.get('runs', [0]))} runs)"
         table.add_row(
             row["model"], row["strategy"], str(row["workers"]), format_bandwidth(row["bandwidth_bps"]),
-            f"{row['measured_throughput']:.1f}",
+            f"{row['measured_throughput']:.1f}", band,
             f"{pred.get('fine', float('nan')):.1f}", f"{err.get('fine', float('nan')):+.1%}",
             f"{pred.get('coarse', float('nan')):.1f}", f"{err.get('coarse', float('nan')):+.1%}",
         )
@@ -73,14 +75,19 @@ def summary_table(summary: list[dict]) -> Table:
               help="CPU cores per emulated node (all nodes together must fit this machine's cores).")
 @click.option("--iterations", type=int, default=15, show_default=True, help="Measured iterations per real run.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations per real run.")
+@click.option("--repeats", type=int, default=3, show_default=True,
+              help="Rounds over the whole grid: each case is measured this many times, interleaved with the "
+                   "other cases, and scored by its median, with its band (min..max) shown.")
+@click.option("--pin-cpus/--no-pin-cpus", default=True, show_default=True,
+              help="Pin each emulated node to its own core(s) besides its CPU quota.")
 @click.option("--repredict", is_flag=True,
               help="Recompute the predictions of finished cases from their cached inputs (after a model change).")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("validation-out"), show_default=True,
               help="Folder for results.json, cached profiles and network files, and the plot.")
 def validate(models: str, workers_text: str, bandwidth_text: str, strategies: str, ps_count: int,
-             batch_size: int | None, cpu_per_node: float, iterations: int, warmup: int, repredict: bool,
-             out_dir: Path) -> None:
+             batch_size: int | None, cpu_per_node: float, iterations: int, warmup: int, repeats: int,
+             pin_cpus: bool, repredict: bool, out_dir: Path) -> None:
     """Check predictions against real distributed training on an emulated cluster (needs root
     and torch).
 
@@ -103,26 +110,29 @@ def validate(models: str, workers_text: str, bandwidth_text: str, strategies: st
             raise UserError(f"unknown strategy '{kind}'; choose from {', '.join(KINDS)}")
     if ps_count < 1:
         raise UserError(f"--ps must be at least 1, got {ps_count}")
+    if repeats < 1:
+        raise UserError(f"--repeats must be at least 1, got {repeats}")
     grid = Grid(specs=specs, workers=parse_workers(workers_text),
                 bandwidths_bps=[parse_bandwidth_bps(b) for b in bandwidth_text.split(",")],
                 strategies=kinds, ps_count=ps_count, cpu_per_node_cores=cpu_per_node,
-                iterations=iterations, warmup=warmup)
+                iterations=iterations, warmup=warmup, repeats=repeats, pin_cpus=pin_cpus)
     console = Console(stderr=True)
     validator = Validator(grid, out_dir, log=lambda text: console.log(text))
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task("validation", total=len(grid.cases()))
+        task = progress.add_task("validation", total=len(grid.cases()) * repeats)
 
         def on_case(case, index, total):
             progress.update(task, completed=index, description=f"{case.key}")
 
         def on_row(row):
             fine, coarse = row["error"].get("fine", float("nan")), row["error"].get("coarse", float("nan"))
-            console.log(f"{row['key']}: measured {row['measured_throughput']:.1f} samples/s, "
-                        f"fine {fine:+.1%}, coarse {coarse:+.1%}")
+            last = row["runs"][-1]["measured_throughput"]
+            console.log(f"{row['key']} run {len(row['runs'])}: measured {last:.1f} samples/s "
+                        f"(median so far {row['measured_throughput']:.1f}), fine {fine:+.1%}, coarse {coarse:+.1%}")
 
         rows = validator.run(on_case=on_case, on_row=on_row, repredict=repredict)
-        progress.update(task, completed=len(grid.cases()))
+        progress.update(task, completed=len(grid.cases()) * repeats)
     out = Console()
     wanted = {case.key for case in grid.cases()}
     shown = [row for row in rows if row["key"] in wanted]
@@ -132,7 +142,8 @@ def validate(models: str, workers_text: str, bandwidth_text: str, strategies: st
 
     # The plot shows every case in the results file (earlier grids written to the same folder too).
     points = [{"predicted": row["predicted_throughput"][m], "measured": row["measured_throughput"], "method": m,
-               "strategy": row["strategy"]} for row in rows for m in row["predicted_throughput"]]
+               "strategy": row["strategy"], "band": row.get("measured_band")}
+              for row in rows for m in ("fine", "coarse") if m in row["predicted_throughput"]]
     plot_validation(points, out_dir / "validation.png", title=f"predicted vs measured throughput ({len(rows)} cases)")
     out.print(f"results: {out_dir / 'results.json'}; plot: {out_dir / 'validation.png'}")
 

@@ -121,7 +121,8 @@ def plot_validation(cases: Sequence[dict[str, Any]], path: str | os.PathLike[str
     """Scatter of predicted vs measured (samples/s) with y = x and a ±10% band.
 
     `cases`: dicts with `predicted`, `measured` (samples/s), `method` (fine|coarse), `strategy`
-    (allreduce|ps-sync|ps-async) and an optional `label` (annotated next to the point).
+    (allreduce|ps-sync|ps-async), an optional `band` (min, median, max measured over repeated runs,
+    drawn as a horizontal bar) and an optional `label` (annotated next to the point).
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 6.0))
@@ -138,6 +139,10 @@ def plot_validation(cases: Sequence[dict[str, Any]], path: str | os.PathLike[str
     for case in cases:
         method, strategy = str(case.get("method", "")), str(case.get("strategy", ""))
         key = (method, strategy)
+        if case.get("band"):  # the measured band (min..max of repeated runs) as a horizontal bar
+            low_m, mid_m, high_m = (float(v) for v in case["band"])
+            ax.errorbar(mid_m, float(case["predicted"]), xerr=[[mid_m - low_m], [high_m - mid_m]], fmt="none",
+                        ecolor=_METHOD_COLORS.get(method, "tab:purple"), elinewidth=0.8, alpha=0.6, zorder=2)
         ax.scatter(float(case["measured"]), float(case["predicted"]), marker=_STRATEGY_MARKERS.get(strategy, "D"),
                    color=_METHOD_COLORS.get(method, "tab:purple"), edgecolors="black", linewidths=0.5, s=46,
                    label=f"{method}, {strategy}" if key not in seen else None, zorder=3)

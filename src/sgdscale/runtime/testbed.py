@@ -1,7 +1,8 @@
 """An emulated cluster on one Linux machine: network namespaces, shaped links, CPU quotas.
 
 Each node is a network namespace with one veth ("eth0", 10.200.0.<k+1>/24) plugged into a private
-Linux bridge, and a cgroup-v1 `cpu` group that caps its CPU time. Both ends of every veth carry a
+Linux bridge, a cgroup-v1 `cpu` group that caps its CPU time, a `cpuacct` group that counts the CPU
+time it really received, and (with `pin_cpus`) a `cpuset` group that keeps it on its own cores. Both ends of every veth carry a
 `tc tbf` qdisc at the node's rate: the namespace end shapes what the node sends, the bridge end
 shapes what it receives, so each node has a full-duplex NIC of the given bandwidth and a shared
 server NIC is a real bottleneck. Nothing outside the objects it creates is touched: the bridge has
@@ -11,7 +12,11 @@ Why these choices (see DESIGN.md "Real runs"):
 - tbf, not netem: this kernel has no netem, so there is no added latency (add it in the app).
 - CFS period 10 ms instead of the default 100 ms: a throttled process runs in short slices, so a
   step under a 45 % quota is stretched smoothly instead of running full speed then stalling 55 ms.
-- A process joins its cgroup *before* `ip netns exec`, because `ip netns exec` mounts a fresh
+- Pinning (cpuset) besides the quota: without it the scheduler may stack two nodes on one core
+  while the other idles, so a node receives less than its quota for a while; nodes are packed
+  onto cores so no core is promised more than one core's worth of quota
+  (`benchmarks/noise_sources.py` measures what it changes).
+- A process joins its cgroups *before* `ip netns exec`, because `ip netns exec` mounts a fresh
   /sys in which our cgroup path may not be visible.
 
 Teardown is guaranteed: on leaving the `with` block (normally or by exception), on SIGINT and
@@ -40,10 +45,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sgdscale.errors import UserError
 
 CGROUP_CPU_ROOT = Path("/sys/fs/cgroup/cpu")
+CGROUP_CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
+CGROUP_CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
+# Every controller a node may have a group in; the cpu group always exists, the others when mounted.
+CGROUP_ROOTS = (CGROUP_CPU_ROOT, CGROUP_CPUACCT_ROOT, CGROUP_CPUSET_ROOT)
 NAME_STEM = "sgs"  # every object we create starts with this, followed by the owner's pid
 CFS_PERIOD_US = 10_000
 MIN_QUOTA_US = 1_000  # the kernel refuses cfs quotas below 1 ms
@@ -145,7 +155,7 @@ def _list_ours() -> dict[str, dict[str, list[str]]]:
     found: dict[str, dict[str, list[str]]] = {}
 
     def add(kind: str, name: str) -> None:
-        match = _PREFIX_RE.match(name)
+        match = _PREFIX_RE.match(Path(name).name)
         if match:
             found.setdefault(match.group(1), {"netns": [], "links": [], "cgroups": []})[kind].append(name)
 
@@ -158,10 +168,11 @@ def _list_ours() -> dict[str, dict[str, list[str]]]:
         parts = line.split(":", 2)
         if len(parts) >= 2:
             add("links", parts[1].strip().split("@")[0])
-    if CGROUP_CPU_ROOT.is_dir():
-        for entry in CGROUP_CPU_ROOT.iterdir():
-            if entry.is_dir():
-                add("cgroups", entry.name)
+    for root in CGROUP_ROOTS:
+        if root.is_dir():
+            for entry in root.iterdir():
+                if entry.is_dir():
+                    add("cgroups", str(entry))
     return found
 
 
@@ -243,12 +254,56 @@ def sweep_leftovers(prefix: str | None = None, *, only_dead: bool = True) -> lis
             pid = int(_PREFIX_RE.match(found_prefix).group(2))
             if pid == os.getpid() or _pid_alive(pid):
                 continue
-        problems += _remove(objects["netns"], objects["links"],
-                            [CGROUP_CPU_ROOT / name for name in objects["cgroups"]])
+        problems += _remove(objects["netns"], objects["links"], [Path(g) for g in objects["cgroups"]])
         swept.append(found_prefix)
     if problems:
         raise UserError("could not remove some emulated-cluster leftovers: " + "; ".join(problems))
     return swept
+
+
+def available_cpus() -> list[int]:
+    """CPUs this machine lets a cpuset use (the root cpuset's list, e.g. "0-1")."""
+    text = (CGROUP_CPUSET_ROOT / "cpuset.cpus").read_text().strip() if CGROUP_CPUSET_ROOT.is_dir() else ""
+    if not text:
+        raise UserError(f"pinning nodes to CPUs needs the cgroup-v1 cpuset controller at {CGROUP_CPUSET_ROOT}; "
+                        "mount it or run without pinning")
+    cpus: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus += list(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def pack_cpus(quotas: Sequence[float | None], cpus: Sequence[int]) -> list[tuple[int, ...]]:
+    """CPUs for each node: a node of quota q <= 1 gets the least-promised core (biggest quotas
+    first, ties to the lowest CPU), so no core is promised more than it has whenever that is
+    possible; a node without a quota or above one core gets every CPU."""
+    promised = {cpu: 0.0 for cpu in cpus}
+    sets: list[tuple[int, ...]] = [tuple(cpus)] * len(quotas)
+    order = sorted(range(len(quotas)), key=lambda k: (-(quotas[k] or 0.0), k))
+    for k in order:
+        quota = quotas[k]
+        if quota is None or quota > 1.0:
+            continue
+        cpu = min(cpus, key=lambda c: (promised[c], c))
+        promised[cpu] += quota
+        sets[k] = (cpu,)
+    return sets
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores have spent busy since boot (/proc/stat: everything but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    time_s: float
+    usage_s: list[float | None]
+    stats: list[dict[str, int]]
+    machine_busy_s: float
 
 
 class Testbed:
@@ -257,6 +312,8 @@ class Testbed:
     bandwidth_bps: every node's NIC rate, each direction. cpu_quota_cores: CPU cores per node (one
     number for all nodes, or one per node), e.g. 0.45 with 4 nodes on a 2-core machine; None means
     no quota. The node cgroups together must not promise more cores than the machine has.
+    pin_cpus: also give each node its own core(s) (see `pack_cpus`). cfs_period_us: the CFS
+    bandwidth period (the quota is enforced per period; see the module docstring).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -267,6 +324,9 @@ class Testbed:
         bandwidth_bps: float,
         cpu_quota_cores: float | Sequence[float] | None,
         name_prefix: str | None = None,
+        *,
+        pin_cpus: bool = False,
+        cfs_period_us: int = CFS_PERIOD_US,
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise UserError(f"an emulated cluster has 1 to {MAX_NODES} nodes, got {nodes}")
@@ -281,9 +341,9 @@ class Testbed:
             if len(quotas) != nodes:
                 raise UserError(f"got {len(quotas)} CPU quotas for {nodes} nodes; give one per node or one for all")
         for quota in quotas:
-            if quota is not None and quota * CFS_PERIOD_US < MIN_QUOTA_US:
+            if quota is not None and quota * cfs_period_us < MIN_QUOTA_US:
                 raise UserError(f"CPU quota {quota} cores is below the kernel's minimum "
-                                f"{MIN_QUOTA_US / CFS_PERIOD_US} cores per node")
+                                f"{MIN_QUOTA_US / cfs_period_us} cores per node")
         cores = os.cpu_count() or 1
         total = sum(q for q in quotas if q is not None)
         if total > cores + 1e-9:
@@ -292,6 +352,8 @@ class Testbed:
         self.nodes = nodes
         self.bandwidth_bps = float(bandwidth_bps)
         self.cpu_quotas = quotas
+        self.cfs_period_us = int(cfs_period_us)
+        self.cpu_sets = pack_cpus(quotas, available_cpus()) if pin_cpus else None
         self.tbf = TbfParams.for_rate(self.bandwidth_bps)
         if name_prefix is None:
             letter = "abcdefghijklmnopqrstuvwxyz"[next(_instance_counter) % 26]
@@ -314,7 +376,17 @@ class Testbed:
         return f"{self.prefix}v{node}"
 
     def cgroup(self, node: int) -> Path:
+        """The node's `cpu` group (its quota)."""
         return CGROUP_CPU_ROOT / f"{self.prefix}-node{node}"
+
+    def node_cgroups(self, node: int) -> list[Path]:
+        """Every group the node's processes join: cpu (quota), cpuacct (usage), cpuset (pinning)."""
+        groups = [self.cgroup(node)]
+        if CGROUP_CPUACCT_ROOT.is_dir():
+            groups.append(CGROUP_CPUACCT_ROOT / self.cgroup(node).name)
+        if self.cpu_sets is not None:
+            groups.append(CGROUP_CPUSET_ROOT / self.cgroup(node).name)
+        return groups
 
     def address(self, node: int) -> str:
         return f"{SUBNET}.{node + 1}"
@@ -337,8 +409,8 @@ class Testbed:
         if not 0 <= rank < self.nodes:
             raise UserError(f"rank {rank} has no node: this emulated cluster has {self.nodes} nodes "
                             "(one per rank: workers + parameter servers)")
-        procs = self.cgroup(rank) / "cgroup.procs"
-        script = f'echo $$ > {procs} && exec "$@"'
+        joins = " && ".join(f"echo $$ > {group / 'cgroup.procs'}" for group in self.node_cgroups(rank))
+        script = f'{joins} && exec "$@"'
         env_args = [f"{key}={value}" for key, value in env.items() if os.environ.get(key) != value]
         return ["sh", "-c", script, "sh", "ip", "netns", "exec", self.netns(rank), "env", *env_args, *argv]
 
@@ -369,9 +441,16 @@ class Testbed:
         for node, quota in enumerate(self.cpu_quotas):
             group = self.cgroup(node)
             group.mkdir()
-            (group / "cpu.cfs_period_us").write_text(str(CFS_PERIOD_US))
+            (group / "cpu.cfs_period_us").write_text(str(self.cfs_period_us))
             (group / "cpu.cfs_quota_us").write_text(
-                "-1" if quota is None else str(int(round(quota * CFS_PERIOD_US))))
+                "-1" if quota is None else str(int(round(quota * self.cfs_period_us))))
+            for extra in self.node_cgroups(node)[1:]:
+                extra.mkdir()
+                if extra.parent == CGROUP_CPUSET_ROOT:
+                    assert self.cpu_sets is not None
+                    # a cpuset accepts tasks only once both its cpus and memory nodes are set
+                    (extra / "cpuset.mems").write_text((CGROUP_CPUSET_ROOT / "cpuset.mems").read_text())
+                    (extra / "cpuset.cpus").write_text(",".join(map(str, self.cpu_sets[node])))
         _run(["ip", "link", "add", self.bridge, "type", "bridge"])
         _run(["ip", "link", "set", self.bridge, "up"])
         for node in range(self.nodes):
@@ -400,12 +479,12 @@ class Testbed:
                 if self._built:
                     problems = _remove([self.netns(k) for k in range(self.nodes)],
                                        [self.host_veth(k) for k in range(self.nodes)] + [self.bridge],
-                                       [self.cgroup(k) for k in range(self.nodes)])
+                                       [g for k in range(self.nodes) for g in self.node_cgroups(k)])
                     # whatever a half-built or interrupted run left under our prefix
                     leftovers = _list_ours().get(self.prefix)
                     if leftovers:
                         problems += _remove(leftovers["netns"], leftovers["links"],
-                                            [CGROUP_CPU_ROOT / n for n in leftovers["cgroups"]])
+                                            [Path(g) for g in leftovers["cgroups"]])
                     if problems:
                         print("warning: emulated-cluster teardown left: " + "; ".join(problems)
                               + " (run `sgdscale testbed cleanup`)", file=sys.stderr)
@@ -457,6 +536,42 @@ class Testbed:
         """The node cgroup's cpu.stat (nr_periods, nr_throttled, throttled_time in ns)."""
         text = (self.cgroup(node) / "cpu.stat").read_text()
         return {key: int(value) for key, value in (line.split() for line in text.splitlines() if line)}
+
+    def cpu_usage_s(self, node: int) -> float | None:
+        """CPU seconds the node's processes have received so far (cpuacct), None without cpuacct."""
+        path = CGROUP_CPUACCT_ROOT / self.cgroup(node).name / "cpuacct.usage"
+        return int(path.read_text()) / 1e9 if path.exists() else None
+
+    def cpu_snapshot(self) -> CpuSnapshot:
+        """Per-node CPU received and throttling, plus the whole machine's busy time, at one moment."""
+        return CpuSnapshot(time.monotonic(), [self.cpu_usage_s(k) for k in range(self.nodes)],
+                           [self.cpu_stats(k) for k in range(self.nodes)], machine_busy_s())
+
+    def cpu_report(self, before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
+        """What each node received between two snapshots against what its quota promised, and how
+        much CPU the rest of the machine used meanwhile: the evidence a noisy run leaves."""
+        wall_s = after.time_s - before.time_s
+        nodes = []
+        ours_s = 0.0
+        for k in range(self.nodes):
+            used = (None if after.usage_s[k] is None or before.usage_s[k] is None
+                    else after.usage_s[k] - before.usage_s[k])
+            ours_s += used or 0.0
+            periods = after.stats[k].get("nr_periods", 0) - before.stats[k].get("nr_periods", 0)
+            throttled = after.stats[k].get("nr_throttled", 0) - before.stats[k].get("nr_throttled", 0)
+            nodes.append({
+                "node": k,
+                "quota_cores": self.cpu_quotas[k],
+                "cpus": list(self.cpu_sets[k]) if self.cpu_sets else None,
+                "received_cores": None if used is None or wall_s <= 0 else used / wall_s,
+                "throttled_periods_fraction": throttled / periods if periods else 0.0,
+                "throttled_s": (after.stats[k].get("throttled_time", 0)
+                                - before.stats[k].get("throttled_time", 0)) / 1e9,
+            })
+        busy_s = after.machine_busy_s - before.machine_busy_s
+        return {"wall_s": wall_s, "cfs_period_us": self.cfs_period_us, "pinned": self.cpu_sets is not None,
+                "nodes": nodes,
+                "other_load_cores": None if wall_s <= 0 else max(0.0, busy_s - ours_s) / wall_s}
 
     def measure_bandwidth(self, src: int, dst: int, nbytes: int | None = None, port: int = 5201,
                           timeout_s: float = 60.0) -> Bandwidth:

@@ -137,14 +137,24 @@ def run_training(
             f"use at most {tensors}"
         )
     total = config.warmup + config.iterations
+    snapshots: list[Any] = []  # CPU accounting when the window opens and when it closes
+    snapshot = getattr(placement, "cpu_snapshot", None)
 
     def progress(per_rank: list[int]) -> None:
+        slowest = min(per_rank[: config.workers])
+        if snapshot is not None and len(snapshots) < 2 and slowest >= (config.warmup, total)[len(snapshots)]:
+            snapshots.append(snapshot())
         if on_progress is not None:
-            on_progress(min(per_rank[: config.workers]), total)
+            on_progress(slowest, total)
 
     result = launch(TARGET, asdict(config), config.world_size, placement=placement, port=port,
                     timeout_s=timeout_s, on_progress=progress, on_spawn=on_spawn, threads=config.threads)
-    return measurement_from_json(result.results[0], "rank 0's measurement")
+    measurement = measurement_from_json(result.results[0], "rank 0's measurement")
+    if len(snapshots) == 2:
+        cpu = placement.cpu_report(*snapshots)
+        measurement = measurement.model_copy(
+            update={"environment": measurement.environment.model_copy(update={"cpu": cpu})})
+    return measurement
 
 
 # ----------------------------------------------------------------------------- rank side
