@@ -31,7 +31,7 @@ def app() -> None:
 
 
 # Areas whose commands exist; each module defines `register(app)`.
-COMMAND_MODULES = ("profile", "testbed", "runtime", "validate", "predict")
+COMMAND_MODULES = ("profile", "testbed", "runtime", "validate", "predict", "importing")
 
 for _module in COMMAND_MODULES:
     importlib.import_module(f"sgdscale.commands.{_module}").register(app)

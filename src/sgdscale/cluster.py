@@ -1,7 +1,13 @@
-"""The cluster a prediction is for: N workers, their NICs, parameter servers, slow nodes."""
+"""The cluster a prediction is for: N workers on nodes of G devices, their links, servers, slow nodes.
+
+This is the description a user gives; `sgdscale.comm.topology.Topology` turns it (with a measured
+network, if any) into link rates and costs, so no predictor reads a bandwidth from here.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 from sgdscale.errors import UserError
@@ -9,11 +15,18 @@ from sgdscale.errors import UserError
 
 @dataclass(frozen=True)
 class Cluster:
-    """N identical-by-default workers on a non-blocking switch, each NIC full duplex.
+    """N identical-by-default workers (devices) on nodes of `gpus_per_node` devices each; nodes
+    sit on a non-blocking switch, each node has one full-duplex NIC shared by its devices.
+
+    - `workers` counts devices, not nodes: nodes = ceil(workers / gpus_per_node), filled in order
+      (worker w lives on node w // gpus_per_node; the last node may be partly filled).
+    - `intra_bandwidth_bps` / `intra_latency_s`: the link between devices of one node (NVLink,
+      PCIe or shared memory); unused with one device per node. The default is PCIe 3.0 x16.
 
     - `compute_scale`: per-worker multiplier of profiled compute time (1.0 = as profiled,
       2.0 = a node twice as slow); empty means all 1.0.
-    - `slow_links`: (worker index, bandwidth_bps) pairs for workers whose NIC is slower.
+    - `slow_links`: (worker index, bandwidth_bps) pairs for workers whose NIC is slower; with
+      several devices per node it is that worker's node NIC (the slowest entry of a node wins).
     - `ps_count` server shards, each on its own node with a NIC of `ps_bandwidth_bps`
       (default: the workers' bandwidth).
     """
@@ -25,10 +38,22 @@ class Cluster:
     ps_bandwidth_bps: float | None = None
     compute_scale: tuple[float, ...] = ()
     slow_links: tuple[tuple[int, float], ...] = ()
+    gpus_per_node: int = 1
+    intra_bandwidth_bps: float = 128e9
+    intra_latency_s: float = 5e-6
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise UserError(f"workers must be a whole number >= 1, got {self.workers}")
+        if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
+            raise UserError(f"devices per node must be a whole number >= 1, got {self.gpus_per_node} "
+                            "(e.g. --gpus-per-node 8)")
+        if not self.intra_bandwidth_bps > 0:
+            raise UserError(f"intra-node bandwidth must be positive, got {self.intra_bandwidth_bps} bit/s "
+                            "(e.g. --intra-bandwidth 300GB/s)")
+        if not self.intra_latency_s >= 0:
+            raise UserError(f"intra-node latency must not be negative, got {self.intra_latency_s} s "
+                            "(e.g. --intra-latency 5us)")
         if not self.bandwidth_bps > 0:
             raise UserError(f"bandwidth must be positive, got {self.bandwidth_bps} bit/s (e.g. --bandwidth 10Gbit)")
         if not self.latency_s >= 0:
@@ -59,10 +84,29 @@ class Cluster:
         return self.compute_scale[worker] if self.compute_scale else 1.0
 
     def worker_bandwidth_bps(self, worker: int) -> float:
-        for index, bps in self.slow_links:
-            if index == worker:
-                return bps
-        return self.bandwidth_bps
+        """The NIC bandwidth worker `worker` gets: its node's NIC (the slowest override on the node)."""
+        if self.gpus_per_node == 1:
+            for index, bps in self.slow_links:
+                if index == worker:
+                    return bps
+            return self.bandwidth_bps
+        return self.node_bandwidth_bps(worker // self.gpus_per_node)
+
+    def node_bandwidth_bps(self, node: int) -> float:
+        g = self.gpus_per_node
+        return min([self.bandwidth_bps] + [bps for w, bps in self.slow_links if w // g == node])
+
+    @property
+    def nodes(self) -> int:
+        return math.ceil(self.workers / self.gpus_per_node)
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices on a full node (fewer than gpus_per_node when everything fits on one node)."""
+        return min(self.workers, self.gpus_per_node)
+
+    def node_of(self, worker: int) -> int:
+        return worker // self.gpus_per_node
 
     @property
     def homogeneous(self) -> bool:
@@ -74,5 +118,4 @@ class Cluster:
         if self.compute_scale or self.slow_links:
             if workers != self.workers:
                 raise UserError("per-worker compute scales or slow links fix the worker count; give one count")
-        return Cluster(workers, self.bandwidth_bps, self.latency_s, self.ps_count, self.ps_bandwidth_bps,
-                       self.compute_scale, self.slow_links)
+        return dataclasses.replace(self, workers=workers)

@@ -7,12 +7,14 @@ its slow parts cost. Each result records how long its predictor ran.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.topology import Topology
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile
 from sgdscale.result import Outcome, Prediction, Result
@@ -23,10 +25,12 @@ METHODS = ("fine", "coarse")
 Progress = Callable[[int, int, str], None]  # (done, total, what is running next)
 
 
-def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
                timeline: bool = False) -> Outcome:
-    """One method's outcome for one cluster size."""
+    """One method's outcome for one cluster size; `comm` is the NIC's cost model (nominal or
+    measured), from which the topology of `cluster` answers every cost."""
+    comm = Topology.of(cluster, comm, strategy)
     if method == "fine":
         from sgdscale.fine import simulate
 
@@ -64,7 +68,11 @@ def check_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, worker_
                 f"per-worker compute scales or slow links describe {cluster.workers} workers; "
                 f"predict for exactly that count (--workers {cluster.workers}), not a range"
             )
-    if strategy.uses_servers:
+    if strategy.uses_servers and strategy.ps_placement == "colocated":
+        if cluster.ps_count != 1:
+            raise UserError(f"colocated servers are one per node, so --ps {cluster.ps_count} does not apply; "
+                            "drop --ps or use --ps-placement dedicated")
+    elif strategy.uses_servers:
         tensors = len(profile.tensors)
         if cluster.ps_count > max(tensors, 1):
             raise UserError(
@@ -75,7 +83,7 @@ def check_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, worker_
 
 def nominal_single_worker(cluster: Cluster) -> Cluster:
     """One worker at profiled speed on the nominal link: the baseline of speedup."""
-    return Cluster(1, cluster.bandwidth_bps, cluster.latency_s, cluster.ps_count, cluster.ps_bandwidth_bps)
+    return dataclasses.replace(cluster, workers=1, compute_scale=(), slow_links=())
 
 
 def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel,
@@ -101,6 +109,18 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "ps_bandwidth_bps": cluster.server_bandwidth_bps,
             "compute_scale": list(cluster.compute_scale),
             "slow_links": [[w, bps] for w, bps in cluster.slow_links],
+            "gpus_per_node": cluster.gpus_per_node,
+            "intra_bandwidth_bps": cluster.intra_bandwidth_bps,
+            "intra_latency_s": cluster.intra_latency_s,
+        },
+        "topology": {
+            "nodes": {str(n): -(-n // cluster.gpus_per_node) for n in worker_counts},
+            "gpus_per_node": cluster.gpus_per_node,
+            "intra": {"bandwidth_bps": cluster.intra_bandwidth_bps, "latency_s": cluster.intra_latency_s},
+            "nic": {"bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
+                    "measured_scale": Topology.of(cluster, comm).nic_factor},
+            "allreduce": strategy.allreduce,
+            "ps_placement": strategy.ps_placement,
         },
         "strategy": {
             "kind": strategy.kind,
@@ -109,6 +129,8 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "first_bucket_bytes": strategy.first_bucket_bytes,
             "algorithm": strategy.algorithm,
             "placement": strategy.placement,
+            "allreduce": strategy.allreduce,
+            "ps_placement": strategy.ps_placement,
         },
         "comm": {
             "algorithm": comm.algorithm,

@@ -10,6 +10,8 @@ from sgdscale.errors import UserError
 KINDS = ("allreduce", "ps-sync", "ps-async")
 GROUPINGS = ("per-tensor", "per-layer", "buckets", "single", "mg-wfbp")
 PLACEMENTS = ("round-robin", "size")
+ALLREDUCE_SCHEMES = ("flat", "hierarchical", "tree", "auto")  # see sgdscale.comm.topology
+PS_PLACEMENTS = ("dedicated", "colocated")
 MIB = 1024 * 1024
 
 
@@ -21,6 +23,12 @@ class Strategy:
     bucket is capped at 1 MiB). `placement` puts parameter tensors on server shards round-robin in
     forward order (TensorFlow's default) or greedily by size. `grouping` defaults to what the real
     systems do: DDP buckets for all-reduce, one message per tensor for a parameter server.
+
+    On nodes of several devices: `allreduce` is how a collective uses the two levels (flat over all
+    devices, hierarchical, tree across nodes, or auto = the cheapest per message, as NCCL picks);
+    `algorithm` is the algorithm of a flat collective and of the inter-node step of a hierarchical
+    one. `ps_placement`: dedicated server nodes, or one server per worker node (colocated,
+    BytePS-style). `sgdscale.comm.topology` has the cost of each.
     """
 
     kind: str = "allreduce"
@@ -29,6 +37,8 @@ class Strategy:
     first_bucket_bytes: float = 1 * MIB
     algorithm: str = "ring"
     placement: str = "round-robin"
+    allreduce: str = "flat"
+    ps_placement: str = "dedicated"
 
     def __post_init__(self) -> None:
         if self.grouping is None:
@@ -38,6 +48,8 @@ class Strategy:
             (self.grouping, GROUPINGS, "grouping"),
             (self.algorithm, ALGORITHMS, "all-reduce algorithm"),
             (self.placement, PLACEMENTS, "placement"),
+            (self.allreduce, ALLREDUCE_SCHEMES, "all-reduce scheme (--allreduce)"),
+            (self.ps_placement, PS_PLACEMENTS, "server placement (--ps-placement)"),
         ):
             if value not in allowed:
                 raise UserError(f"unknown {what} '{value}'; choose one of: {', '.join(allowed)}")

@@ -14,7 +14,6 @@ from sgdscale.coarse.mva import solve_mva
 from sgdscale.coarse.phases import (
     gradient_groups,
     head_max,
-    link_beta_s_per_byte,
     optimizer_mean_s,
     pre_barrier_max,
     pre_barrier_one,
@@ -23,7 +22,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
-from sgdscale.fine.allreduce import slowest_link_comm
+from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
@@ -64,11 +63,13 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     slow = float(scales.max())
     pre_max = pre_barrier_max(profile, cluster, variability)
 
-    # The ring (and tree) move every byte over the slowest NIC in lock step: the same slowest-link
-    # cost model as the fine predictor.
-    comm = slowest_link_comm(comm, cluster)
-    groups = gradient_groups(profile, strategy, comm, n)
-    comm_s = [float(t) for t in comm.allreduce_times_s([g.nbytes for g in groups], n)]
+    # The topology costs every collective (per level, slowest NIC pacing), as for the fine predictor.
+    topology = Topology.of(cluster, comm, strategy)
+    groups = gradient_groups(profile, strategy, topology, n)
+    sizes = [g.nbytes for g in groups]
+    comm_s = [float(t) for t in topology.allreduce_times_s(sizes)]
+    per_level = topology.allreduce_cost(sizes)
+    levels = {LEVEL_INTRA: float(per_level.intra_s.sum()), LEVEL_NIC: float(per_level.nic_s.sum())}
     total_comm = float(sum(comm_s))
     if heuristics:
         exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max)
@@ -88,13 +89,19 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     breakdown = Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait)
     utilization = {"worker compute": compute / step_mean, "network (all-reduce)": total_comm / step_mean}
     nbytes = sum(g.nbytes for g in groups)
+    limited_by = ""
     if exposed >= wait and exposed > 0.05 * step_mean:
+        where = ""
+        if topology.gpus > 1:
+            where = (f" (NIC {format_seconds(levels[LEVEL_NIC])}, intra-node link "
+                     f"{format_seconds(levels[LEVEL_INTRA])}; {strategy.allreduce})")
         bottleneck = (
-            f"communication: all-reduce of {format_bytes(nbytes)} per step takes {format_seconds(total_comm)}, "
+            f"communication: all-reduce of {format_bytes(nbytes)} per step takes {format_seconds(total_comm)}{where}, "
             f"{format_seconds(exposed)} of it not hidden behind backward ({_pct(exposed, step_mean)} of the step): "
             "add bandwidth, use larger buckets or compress gradients"
         )
     elif wait > 0.05 * step_mean:
+        limited_by = "stragglers"
         bottleneck = (
             f"stragglers: workers wait {format_seconds(wait)} per step for the slowest one "
             f"({_pct(wait, step_mean)} of the step): balance worker speeds or reduce compute variability"
@@ -110,6 +117,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
         breakdown=breakdown,
         bottleneck=bottleneck,
         utilization=utilization,
+        levels=levels,
+        limited_by=limited_by,
     )
 
 
@@ -118,17 +127,34 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
 class _ServerCosts:
     """Per-shard bytes and per-byte costs shared by the sync and async PS models."""
 
-    def __init__(self, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel) -> None:
-        self.shards = cluster.ps_count
+    def __init__(self, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology) -> None:
+        self.topology = topology = Topology.of(cluster, comm, strategy)
+        self.shards = topology.ps_shards
         self.bytes = shard_bytes(profile, strategy, self.shards)
         self.total_bytes = float(profile.gradient_bytes)
         self.fraction = self.bytes / self.total_bytes if self.total_bytes > 0 else np.zeros(self.shards)
-        self.server_beta = link_beta_s_per_byte(comm, cluster, cluster.server_bandwidth_bps)
-        self.worker_betas = np.array([link_beta_s_per_byte(comm, cluster, cluster.worker_bandwidth_bps(i))
+        self.server_beta = topology.nic_beta_s_per_byte(cluster.server_bandwidth_bps)
+        self.worker_betas = np.array([topology.nic_beta_s_per_byte(cluster.worker_bandwidth_bps(i))
                                       for i in range(cluster.workers)])
-        self.alpha = comm.p2p.alpha_s if self.total_bytes > 0 else 0.0
-        self.gamma = comm.gamma_s_per_byte
+        self.alpha = topology.alpha_s if self.total_bytes > 0 else 0.0
+        self.gamma = topology.gamma_s_per_byte
         self.update_s = profile.step.optimizer_s * self.fraction  # one shard's share of one update
+
+    def async_nic_demands(self) -> tuple[np.ndarray, float]:
+        """(per shard: seconds of its NIC per worker visit, one direction; a worker's mean own-NIC
+        seconds per step, one direction). Dedicated: b_s on the server NIC, B on the worker's NIC,
+        which its node's G devices share (G x). Colocated: only the (N - G_s)/N of visits from
+        other nodes cross shard s's NIC, and a worker's NIC carries its node's G devices' bytes
+        to the other nodes' shards."""
+        t = self.topology
+        n, cluster = t.workers, t.cluster
+        share = np.array([t.gpus_on(cluster.node_of(w)) for w in range(n)], dtype=float)
+        if t.ps_placement == "dedicated":
+            return self.bytes * self.server_beta, float((self.worker_betas * share).mean()) * self.total_bytes
+        remote = np.array([(n - t.gpus_on(s)) / n for s in range(self.shards)])
+        betas = np.array([t.nic_beta_s_per_byte(cluster.node_bandwidth_bps(s)) for s in range(self.shards)])
+        own = np.array([self.total_bytes - self.bytes[cluster.node_of(w)] for w in range(n)])
+        return self.bytes * betas * remote, float((self.worker_betas * share * own).mean())
 
 
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
@@ -147,9 +173,9 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     costs = _ServerCosts(profile, cluster, strategy, comm)
     pre_max = pre_barrier_max(profile, cluster, variability)
 
-    shard_nic_s = n * costs.bytes * costs.server_beta  # per shard, per direction
-    worker_nic_s = float(costs.worker_betas.max()) * costs.total_bytes
-    transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s)
+    # per shard, per direction; the busiest worker-side NIC; the busiest intra-node link
+    shard_nic_s, worker_nic_s, intra_s = costs.topology.ps_transfer_s(costs.bytes, costs.total_bytes)
+    transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s)
     push = costs.alpha + transfer if costs.total_bytes > 0 else 0.0
     pull = push
     update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes
@@ -160,7 +186,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         # starts during backward (heuristics.pipeline_end_s).
         # Pushes and updates flow as a pipeline that starts during backward; the pull follows the
         # last push (gloo sends only into a posted receive, whose notice queues behind the pushes).
-        groups = gradient_groups(profile, strategy, comm, n)
+        groups = gradient_groups(profile, strategy, costs.topology, n)
         sizes = [g.nbytes for g in groups]
         stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
         offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
@@ -206,12 +232,18 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
                       f"({_pct(wait, step_mean)} of the step)")
     else:
         bottleneck = f"compute: {_pct(compute, step_mean)} of each step is compute: scaling is near linear"
+    # busy seconds per step of each level's busiest link, one direction (push and pull mirror)
+    levels = {LEVEL_NIC: worker_nic_s, "server NIC": float(shard_nic_s.max(initial=0.0)), "server update": update}
+    if intra_s > 0:
+        levels[LEVEL_INTRA] = intra_s
     return Outcome(
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean,
         breakdown=Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait),
         bottleneck=bottleneck,
         utilization=utilization,
+        levels=levels,
+        limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
     )
 
 
@@ -234,7 +266,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean
 
-    nic = costs.bytes * costs.server_beta
+    nic, worker_nic = costs.async_nic_demands()
     names, demands, kinds = [], [], []
     for s in range(costs.shards):
         for name, demand, kind in ((f"server {s} NIC in (push)", nic[s], "push"),
@@ -245,7 +277,6 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
             kinds.append(kind)
     demands_arr = np.array(demands)
     stage_masks = [np.array([k == kind for k in kinds]) for kind in ("push", "update", "pull")]
-    worker_nic = float(costs.worker_betas.mean()) * costs.total_bytes
     own_excess = max(0.0, worker_nic - float(nic.sum()))  # per direction
     think0 = compute + 2 * (costs.alpha + own_excess)
 
@@ -254,7 +285,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
 
     hidden = 0.0
     if heuristics and costs.total_bytes > 0:
-        groups = gradient_groups(profile, strategy, comm, n)
+        groups = gradient_groups(profile, strategy, costs.topology, n)
         sizes = [g.nbytes for g in groups]
         scale = float(scales.mean())
         head = scale * (profile.step.data_s + profile.step.h2d_s + profile.forward_s)
@@ -322,10 +353,14 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
         bottleneck = (f"communication: each worker step spends {format_seconds(cycle - compute)} "
                       f"moving {format_bytes(costs.total_bytes)} each way; busiest server resource ({top}) "
                       f"{top_u:.0%} busy: add worker bandwidth")
+    busy = {kind: max((u * cycle for name, u in util.items() if kinds[names.index(name)] == kind), default=0.0)
+            for kind in ("push", "update", "pull")}
+    levels = {LEVEL_NIC: worker_nic, "server NIC": max(busy["push"], busy["pull"]), "server update": busy["update"]}
     return Outcome(
         iteration_s=steps,
         throughput=x * profile.batch_size,
         breakdown=Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait),
         bottleneck=bottleneck + ("" if method == "exact" else " (approximate MVA)"),
         utilization=utilization,
+        levels=levels,
     )

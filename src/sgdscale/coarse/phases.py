@@ -147,12 +147,3 @@ def shard_bytes(profile: Profile, strategy: Strategy, shards: int) -> np.ndarray
         for index, tensor in enumerate(tensors):
             load[index % shards] += tensor.bytes
     return load
-
-
-def link_beta_s_per_byte(comm: CommModel, cluster: Cluster, bandwidth_bps: float) -> float:
-    """Seconds per byte on a NIC of `bandwidth_bps`: the model's p2p beta, rescaled from the nominal link.
-
-    The p2p beta may come from a fitted network file; a slower (or faster) NIC scales it by the
-    bandwidth ratio against the cluster's nominal bandwidth.
-    """
-    return comm.p2p.beta_s_per_byte * cluster.bandwidth_bps / bandwidth_bps

@@ -36,6 +36,7 @@ class CommModel:
     gamma_s_per_byte: float = 0.0
     measured_allreduce: dict[int, AlphaBeta] = field(default_factory=dict)
     measured_curves: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
+    network: Network | None = field(default=None, compare=False)  # the file it came from, if any
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -51,7 +52,7 @@ class CommModel:
                             if p.op == "allreduce" and p.workers == workers)
             if len(points) >= 2:
                 curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
-        return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves)
+        return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

@@ -50,13 +50,41 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
     return counts
 
 
+def _spec_overrides(spec, workers: str | None, gpus: int, scales: tuple[float, ...],
+                    links: tuple[tuple[int, float], ...]) -> tuple[tuple[float, ...], tuple[tuple[int, float], ...]]:
+    """A cluster file's slow nodes and NICs as per-worker scales and links (one cluster size)."""
+    from sgdscale.units import parse_workers
+
+    if workers is None or len(parse_workers(workers)) != 1:
+        raise UserError("the cluster file names slow nodes or NICs, so it describes one cluster size; "
+                        "give one --nodes (or --workers) count")
+    total = parse_workers(workers)[0]
+    nodes = -(-total // gpus)
+    spec.check_nodes(nodes)
+    if spec.slow_nodes and not scales:
+        per_node = {entry.node: entry.compute_scale for entry in spec.slow_nodes}
+        scales = tuple(per_node.get(w // gpus, 1.0) for w in range(total))
+    links = links + tuple((entry.node * gpus, entry.bandwidth) for entry in spec.slow_nics)
+    return scales, links
+
+
 @click.command("predict")
 @click.argument("profile")
 @click.option("--workers", "-n", metavar="COUNTS", default=None,
               help=f"Worker counts: 8, 1,2,4 or a range 1-64 / 1-64:x2 (doubling). [default: {DEFAULT_WORKERS}]")
 @click.option("--strategy", default="allreduce", show_default=True, help="allreduce, ps-sync or ps-async.")
-@click.option("--bandwidth", default=None, help="Worker NIC bandwidth, e.g. 10Gbit, 200Mbit. [default: 10Gbit]")
-@click.option("--latency", default=None, help="One-way link latency, e.g. 20us. [default: 20us]")
+@click.option("--nodes", default=None, metavar="COUNTS",
+              help="Node counts instead of --workers (workers = nodes x --gpus-per-node), e.g. 4 or 1-16:x2.")
+@click.option("--gpus-per-node", type=int, default=None,
+              help="Devices per node sharing one NIC; --workers fills nodes of this many. [default: 1]")
+@click.option("--intra-bandwidth", default=None,
+              help="Link between devices of a node, e.g. 300GB/s (NVLink 3), 16GB/s (PCIe 3.0 x16). [default: 16GB/s]")
+@click.option("--intra-latency", default=None, help="Intra-node link latency, e.g. 2us. [default: 5us]")
+@click.option("--cluster", "cluster_file", default=None, metavar="FILE|PRESET",
+              help="Hardware from a cluster file (sgdscale.cluster/1) or a preset: dgx-a100, p4d.24xlarge, "
+                   "8xV100-pcie, cpu-ethernet (docs/clusters.md). Flags override it.")
+@click.option("--bandwidth", default=None, help="NIC bandwidth per node, e.g. 10Gbit, 200Mbit. [default: 10Gbit]")
+@click.option("--latency", default=None, help="One-way NIC latency, e.g. 20us. [default: 20us]")
 @click.option("--ps", "ps_count", type=int, default=1, show_default=True, help="Parameter-server shards (ps-*).")
 @click.option("--ps-bandwidth", default=None, help="Server NIC bandwidth. [default: the workers' bandwidth]")
 @click.option("--placement", default="round-robin", show_default=True,
@@ -65,7 +93,13 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
               help="Gradient groups: per-tensor, per-layer, buckets (PyTorch DDP), single, mg-wfbp. "
                    "[default: buckets for allreduce, per-tensor for parameter servers]")
 @click.option("--bucket-mb", type=float, default=25.0, show_default=True, help="DDP bucket cap in MiB.")
-@click.option("--algorithm", default="ring", show_default=True, help="All-reduce: ring, tree, halving-doubling.")
+@click.option("--algorithm", default="ring", show_default=True,
+              help="All-reduce algorithm of a flat collective and of the inter-node step: ring, tree, halving-doubling.")
+@click.option("--allreduce", "allreduce_scheme", default="flat", show_default=True,
+              help="All-reduce on multi-device nodes: flat (one collective over all devices), hierarchical "
+                   "(inside, across nodes, inside), tree (across nodes) or auto (cheapest per message, as NCCL).")
+@click.option("--ps-placement", default="dedicated", show_default=True,
+              help="Parameter servers on dedicated nodes, or colocated: one per worker node (BytePS-style).")
 @click.option("--method", default="both", show_default=True, help="fine (simulation), coarse (queueing model) or both.")
 @click.option("--iterations", type=int, default=100, show_default=True, help="Simulated steps reported.")
 @click.option("--warmup", type=int, default=10, show_default=True, help="Simulated steps discarded first.")
@@ -76,15 +110,17 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
 @click.option("--compute-scale", default=None, metavar="F,F,...",
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
-              help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable).")
+              help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable); on multi-device nodes its node's NIC.")
 @calibration_options
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Plot throughput and speedup vs workers.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
               help="Predicted timeline (Chrome trace; open in ui.perfetto.dev) for the largest worker count.")
-def predict_command(profile: str, workers: str | None, strategy: str, bandwidth: str | None, latency: str | None,
+def predict_command(profile: str, workers: str | None, strategy: str, nodes: str | None, gpus_per_node: int | None,
+                    intra_bandwidth: str | None, intra_latency: str | None, cluster_file: str | None,
+                    bandwidth: str | None, latency: str | None,
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
-                    algorithm: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
+                    algorithm: str, allreduce_scheme: str, ps_placement: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
                     network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
                     json_path: str | None, plot_path: str | None, trace_path: str | None,
                     **calibration: str | int | None) -> None:
@@ -98,17 +134,20 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
       sgdscale predict gpt2 --strategy ps-sync --ps 2 --workers 1-32:x2 --json out.json
       sgdscale predict resnet50 --workers 4 --compute-scale 1,1,1,2 --trace r50.trace.json
       sgdscale predict resnet50 --network net.json --plot r50.png
-      sgdscale predict resnet50 --device-throughput 2470/s --batch-size 256 --bandwidth 1.2Tbit
+      sgdscale predict resnet50 --nodes 1-8:x2 --gpus-per-node 8 --intra-bandwidth 300GB/s --bandwidth 25Gbit
+      sgdscale predict resnet50 --cluster dgx-a100 --nodes 4 --allreduce auto
+      sgdscale predict resnet50 --device-throughput 2470/s --batch-size 256 --cluster dgx-a100 --nodes 1-4:x2
       sgdscale predict resnet50 --target-device A100 --precision bf16 --workers 8
     """
     from rich.console import Console
 
     from sgdscale.cluster import Cluster
+    from sgdscale.clusters import load_cluster
     from sgdscale.comm import CommModel, load_network
     from sgdscale.predict import predict
     from sgdscale.profile import load_profile
     from sgdscale.strategy import MIB, Strategy
-    from sgdscale.units import parse_bandwidth_bps, parse_time_s
+    from sgdscale.units import parse_bandwidth_bps, parse_time_s, parse_workers
 
     console = Console()
     if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
@@ -122,26 +161,50 @@ def predict_command(profile: str, workers: str | None, strategy: str, bandwidth:
     if ps_count < 1:
         raise UserError(f"--ps must be at least 1, got {ps_count}")
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
-                    placement=placement)
+                    placement=placement, allreduce=allreduce_scheme, ps_placement=ps_placement)
 
+    spec = load_cluster(cluster_file) if cluster_file else None
+    gpus = gpus_per_node if gpus_per_node is not None else (spec.gpus_per_node if spec else 1)
+    if gpus < 1:
+        raise UserError(f"--gpus-per-node must be at least 1, got {gpus}")
+    if nodes is not None and workers is not None:
+        raise UserError("give --workers (total devices) or --nodes, not both")
+    if nodes is None and workers is None and spec is not None and spec.nodes is not None:
+        nodes = str(spec.nodes)
+    if nodes is not None:
+        workers = ",".join(str(n * gpus) for n in parse_workers(nodes))
     scales = _parse_scales(compute_scale) if compute_scale else ()
     links = tuple(_parse_slow_link(text) for text in slow_links)
+    if spec is not None and (spec.slow_nodes or spec.slow_nics):
+        scales, links = _spec_overrides(spec, workers, gpus, scales, links)
     counts = _worker_counts(workers, scales, links)
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
+    nic_bps = spec.nic.bandwidth_bps if spec else 10e9
+    nic_latency_s = spec.nic.latency_s if spec else 20e-6
     if network_file:
+        # The measured network is the NIC: its fits cost every message; --bandwidth, if given, is
+        # the nominal rate that slow-NIC overrides are relative to (sgdscale.comm.topology).
         network = load_network(network_file)
         comm = CommModel.from_network(network, algorithm)
-        # the fitted beta rarely gives a round number: keep 4 significant digits for display
-        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else float(f"{8.0 / network.p2p.beta_s_per_byte:.4g}")
+        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else 8.0 / network.p2p.beta_s_per_byte
         latency_s = parse_time_s(latency, "latency") if latency else network.p2p.alpha_s
     else:
-        bandwidth_bps = parse_bandwidth_bps(bandwidth or "10Gbit")
-        latency_s = parse_time_s(latency or "20us", "latency")
+        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else nic_bps
+        latency_s = parse_time_s(latency, "latency") if latency else nic_latency_s
         comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
-    ps_bps = parse_bandwidth_bps(ps_bandwidth) if ps_bandwidth else None
+    if ps_bandwidth:
+        ps_bps = parse_bandwidth_bps(ps_bandwidth)
+    else:
+        ps_bps = spec.servers.bandwidth if spec else None
+    if spec is not None and ps_count == 1:
+        ps_count = spec.servers.count
+    intra_bps = parse_bandwidth_bps(intra_bandwidth) if intra_bandwidth else (
+        spec.intra.bandwidth_bps if spec else 128e9)
+    intra_s = parse_time_s(intra_latency, "intra-node latency") if intra_latency else (
+        spec.intra.latency_s if spec else 5e-6)
     cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
-                      links)
+                      links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s)
 
     with _progress(err, len(counts) * len(methods)) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,

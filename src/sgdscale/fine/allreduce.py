@@ -26,9 +26,8 @@ Deterministic, per-layer grouping: the step equals the WFBP recurrence of §2.2 
 optimizer (sgdscale.wfbp.wfbp_iteration_s), to rounding.
 
 Heterogeneity: per-worker speed factors and per-iteration variability come from
-`ComputeSampler`. A slow link: a ring (and a tree) moves every byte through every worker's link
-in lock step, so the whole collective runs at the slowest link's bandwidth
-(`slowest_link_comm`); latency is unchanged.
+`ComputeSampler`. Collective costs come from the topology (`sgdscale.comm.topology`): per level
+(intra-node link, NIC) and scheme; a slow NIC paces the whole collective (lock step).
 
 Breakdown, per worker and step on average: compute = data + copy + forward + backward +
 optimizer; exposed communication = the part of the collectives still running after the slowest
@@ -43,42 +42,34 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, group_gradients
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome, TraceEvent
 from sgdscale.strategy import Strategy
-from sgdscale.units import format_bandwidth, format_bytes, format_seconds
+from sgdscale.units import format_bytes, format_seconds
 
 TIMELINE_ITERATIONS = 3
 TIMELINE_MAX_EVENTS = 5000
 
 
-def slowest_link_comm(comm: CommModel, cluster: Cluster) -> CommModel:
-    """`comm` with its per-byte cost raised to the slowest worker link's (ring/tree collectives run
-    in lock step, so the slowest link paces everyone)."""
-    if not cluster.slow_links:
-        return comm
-    slowest_bps = min(bps for _, bps in cluster.slow_links)
-    new_beta = max(comm.p2p.beta_s_per_byte, 8.0 / slowest_bps)
-    if new_beta <= comm.p2p.beta_s_per_byte:
-        return comm
-    return comm.with_bandwidth_scaled(new_beta / comm.p2p.beta_s_per_byte)
+def collective_times_s(groups: list[GradGroup], topology: Topology) -> tuple[np.ndarray, dict[str, float]]:
+    """All-reduce time of each group (0 for one worker) and the seconds per step on each level."""
+    sizes = [g.bytes for g in groups]
+    cost = topology.allreduce_cost(sizes)
+    levels = {LEVEL_INTRA: float(cost.intra_s.sum()), LEVEL_NIC: float(cost.nic_s.sum())}
+    return topology.allreduce_times_s(sizes), levels
 
 
-def collective_times_s(groups: list[GradGroup], comm: CommModel, workers: int) -> np.ndarray:
-    """All-reduce time of each group (0 for one worker: nothing to exchange)."""
-    return comm.allreduce_times_s([g.bytes for g in groups], workers)
-
-
-def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
+def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                        iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
                        timeline: bool = False) -> Outcome:
     """Fine-grained synchronous all-reduce for `cluster.workers` workers (module docstring)."""
     workers = cluster.workers
-    link_comm = slowest_link_comm(comm, cluster)
-    groups = group_gradients(profile, strategy, link_comm, workers)
-    costs = collective_times_s(groups, link_comm, workers)
+    topology = Topology.of(cluster, comm, strategy)
+    groups = group_gradients(profile, strategy, topology, workers)
+    costs, levels = collective_times_s(groups, topology)
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     tables = _RowTables(sampler, groups)
     n_groups = len(groups)
@@ -160,11 +151,21 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
         iteration_s=steps,
         throughput=throughput,
         breakdown=breakdown,
-        bottleneck=describe_bottleneck(profile, cluster, strategy, link_comm, groups, costs, step_mean, breakdown,
+        bottleneck=describe_bottleneck(profile, cluster, strategy, topology, groups, costs, step_mean, breakdown,
                                        sampler),
         utilization=utilization,
         timeline=events,
+        levels=levels,
+        limited_by=_straggler_limited(breakdown, step_mean),
     )
+
+
+def _straggler_limited(breakdown: Breakdown, step_s: float) -> str:
+    """'stragglers' when waiting for the slowest worker outweighs exposed communication (the same
+    rule as `describe_bottleneck`); else empty, and the busiest level decides."""
+    if step_s > 0 and breakdown.wait_s >= 0.10 * step_s and breakdown.wait_s >= breakdown.exposed_comm_s:
+        return "stragglers"
+    return ""
 
 
 class _RowTables:
@@ -243,7 +244,7 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
                                  {"iteration": iteration, "bytes": group.bytes, "tensors": len(group.tensors)}))
 
 
-def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel,
+def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
                         groups: list[GradGroup], costs: np.ndarray, step_s: float, breakdown: Breakdown,
                         sampler: ComputeSampler | None = None) -> str:
     """What limits a synchronous all-reduce step, in words, with the lever to pull."""
@@ -268,14 +269,8 @@ def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, 
         return straggler_text
     if exposed_frac >= 0.05:
         total_bytes = sum(g.bytes for g in groups)
-        if workers in comm.measured_allreduce:
-            network = "the measured all-reduce"
-        else:
-            slowest_bps = min([cluster.bandwidth_bps] + [bps for _, bps in cluster.slow_links])
-            network = f"a {format_bandwidth(slowest_bps)} {comm.algorithm}"
-            if slowest_bps < cluster.bandwidth_bps:
-                network += " (paced by the slowest link)"
-        linear = comm.allreduce_linear(workers)
+        network = topology.describe_allreduce()
+        linear = topology.allreduce_linear()
         startup_s = (linear.alpha_s if linear else 0.0) * len(groups)
         text = (f"communication: {exposed_frac:.0%} of each step waits for all-reduce "
                 f"({format_bytes(total_bytes)} over {network} takes {format_seconds(comm_s)} per step, "

@@ -21,6 +21,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.topology import Topology
 from sgdscale.fine.engine import Dag
 from sgdscale.fine.links import EventQueue, LinkNetwork
 from sgdscale.grouping import group_gradients, tensor_layers
@@ -70,11 +71,12 @@ class PsPlan:
         return after[:, layer] - (1.0 - fraction) * backward_s[:, layer]
 
 
-def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel) -> PsPlan:
-    shards = cluster.ps_count
+def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology) -> PsPlan:
+    topology = Topology.of(cluster, comm, strategy)
+    shards = topology.ps_shards
     tensor_shard = place_tensors(profile, shards, strategy.placement)
     layer_of = tensor_layers(profile)
-    groups = group_gradients(profile, strategy, comm, cluster.workers)
+    groups = group_gradients(profile, strategy, topology, cluster.workers)
     total_bytes = profile.gradient_bytes
     optimizer_s = profile.step.optimizer_s
     sizes = [t.bytes for t in profile.tensors]
@@ -97,27 +99,17 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, tensor_shard)
 
 
-def nic_capacities_Bps(cluster: Cluster, comm: CommModel) -> tuple[list[float], float]:
-    """(worker NIC bytes/s per worker, server NIC bytes/s).
-
-    The cluster's NICs set the bandwidths. When `comm` was fitted from a network file its p2p
-    bandwidth 1/beta is what a worker NIC really delivers: every NIC is then scaled by
-    (1/beta) / nominal worker bandwidth, so slow links and faster servers keep their ratio.
-    With `CommModel.from_link` that factor is exactly 1.
-    """
-    nominal_Bps = cluster.bandwidth_bps / 8.0
-    measured_Bps = 1.0 / comm.p2p.beta_s_per_byte
-    factor = measured_Bps / nominal_Bps
-    if abs(factor - 1.0) < 1e-9:
-        factor = 1.0
-    workers = [cluster.worker_bandwidth_bps(w) / 8.0 * factor for w in range(cluster.workers)]
-    return workers, cluster.server_bandwidth_bps / 8.0 * factor
+def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[list[float], float]:
+    """(worker NIC bytes/s per worker, server NIC bytes/s), as the topology rates them."""
+    topology = Topology.of(cluster, comm)
+    return [topology.nic_Bps(w) for w in range(cluster.workers)], topology.server_nic_Bps
 
 
-def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, steps: int,
+def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, steps: int,
                 forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray
                 ) -> tuple[Dag, LinkNetwork, int, list[list[int]]]:
-    """The explicit synchronous-PS DAG of `steps` iterations (small cases only).
+    """The explicit synchronous-PS DAG of `steps` iterations (small cases only; one device per
+    node and dedicated servers, the layout the fast simulator is checked against).
 
     forward_s/backward_s: (steps, workers, layers); pre_s: (steps, workers) data + copy.
     Resources: worker w's compute is w; shard s is N + s. Returns (dag, network, resources,
@@ -125,13 +117,14 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     """
     n, layers = cluster.workers, len(profile.layers)
     plan = ps_plan(profile, cluster, strategy, comm)
-    worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
+    topology = Topology.of(cluster, comm, strategy)
+    worker_Bps, server_Bps = nic_capacities_Bps(cluster, topology)
     shards = plan.shards
     queue = EventQueue()
     # One network for both directions: links 0..n-1 worker up, n..2n-1 worker down,
     # 2n..2n+S-1 server up, 2n+S..2n+2S-1 server down.
     caps = worker_Bps + worker_Bps + [server_Bps] * (2 * shards)
-    net = LinkNetwork(queue, caps, comm.p2p.alpha_s)
+    net = LinkNetwork(queue, caps, topology.alpha_s)
     push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, n + w) for w in range(n)] for s in range(shards)]
     dag = Dag()

@@ -6,12 +6,14 @@ the simulator runs that DAG for every worker and iteration on shared resources:
 
 - each worker's compute: one FIFO resource (data, forward layers, backward layers, and, for
   all-reduce, the optimizer);
-- NIC links: every worker and every server shard has a full-duplex NIC, an uplink and a downlink
-  of `cluster.worker_bandwidth_bps(w)` / `cluster.server_bandwidth_bps` (scaled by a network
-  file's measured p2p bandwidth, see `dag.nic_capacities_Bps`). A message from A to B is a flow over
+- NIC links, laid out by the topology (`sgdscale.comm.topology.Topology.ps_links`): with one
+  device per node and dedicated servers every worker and every server shard has a full-duplex
+  NIC, an uplink and a downlink; with several devices per node they share their node's NIC, and
+  colocated shards use their node's NIC, local traffic the intra-node link. Rates come from the
+  topology (a measured network file scales them all). A message from A to B is a flow over
   A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
   sends its messages FIFO; concurrent connections share links max-min fairly
-  (`sgdscale.fine.links`); each message is delivered `comm.p2p.alpha_s` after its last byte left;
+  (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
 - server shards: FIFO resources; applying a message costs its share of the profile's optimizer
   time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
 - receive before send (gloo's rendezvous): a point-to-point message only flows once its receiver
@@ -31,7 +33,7 @@ Strategies:
   that worker the fresh parameters; a worker's forward of layer l waits for the messages of its
   own previous push that hold l's tensors (the pull overlaps with forward, layer by layer).
 - allreduce: one communication stream; group g's collective starts when every worker produced it
-  and the previous collective is done, and lasts `comm.allreduce_s(bytes, N)` (slowest link paces
+  and the previous collective is done, and lasts the topology's all-reduce time (slowest link paces
   a ring); a worker's optimizer follows its backward and the last collective. This is the DAG
   that `sgdscale.fine.allreduce` evaluates in closed form: the two must agree (a test checks it).
 
@@ -71,8 +73,9 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.topology import LEVEL_NIC, Topology
 from sgdscale.fine import check_step_counts
-from sgdscale.fine.dag import PsPlan, nic_capacities_Bps, ps_plan
+from sgdscale.fine.dag import PsPlan, ps_plan
 from sgdscale.fine.links import EventQueue, HybridNetwork, LinkNetwork, NotAStar, StarNetwork
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.profile import Profile
@@ -96,12 +99,13 @@ def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: C
     check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":
         return _simulate_allreduce(profile, cluster, strategy, comm, iterations, warmup, seed, variability, timeline)
-    plan = ps_plan(profile, cluster, strategy, comm)
+    topology = Topology.of(cluster, comm, strategy)
+    plan = ps_plan(profile, cluster, strategy, topology)
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
     rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
-    sim = run_ps(profile, cluster, comm, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
-    reference = _reference_blocked(profile, cluster, strategy, comm, plan)
+    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
+    reference = _reference_blocked(profile, cluster, strategy, topology, plan)
     return sim.outcome(reference, strategy)
 
 
@@ -110,18 +114,20 @@ def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: C
 # ---------------------------------------------------------------------------------------------
 
 
-def run_ps(profile: Profile, cluster: Cluster, comm: CommModel, plan: PsPlan, sampler: ComputeSampler,
+def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan: PsPlan, sampler: ComputeSampler,
            rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> _PsRun:
     """Run a parameter-server simulation: with the star shortcut for the NICs where it holds,
-    again with the general max-min network the moment it does not (a worker NIC binds)."""
-    if star:
+    again with the general max-min network the moment it does not (a worker NIC binds).
+    NICs shared by several devices or colocated servers always take the general network."""
+    topology = Topology.of(cluster, comm)
+    if star and not topology.ps_links(plan.shards).shared_nics:
         try:
-            sim = _PsRun(profile, cluster, comm, plan, sampler, rows, sync, warmup, trace=trace)
+            sim = _PsRun(profile, cluster, topology, plan, sampler, rows, sync, warmup, trace=trace)
             sim.run()
             return sim
         except NotAStar:
             pass
-    sim = _PsRun(profile, cluster, comm, plan, sampler, rows, sync, warmup, trace=trace, star=False)
+    sim = _PsRun(profile, cluster, topology, plan, sampler, rows, sync, warmup, trace=trace, star=False)
     sim.run()
     return sim
 
@@ -150,25 +156,25 @@ class _Tables:
 
 
 class _PsRun:
-    def __init__(self, profile: Profile, cluster: Cluster, comm: CommModel, plan: PsPlan, sampler: ComputeSampler,
-                 rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> None:
+    def __init__(self, profile: Profile, cluster: Cluster, topology: Topology, plan: PsPlan,
+                 sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int, trace: bool = False,
+                 star: bool = True) -> None:
         self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
         self.rows = rows.tolist()
         self.total = rows.shape[0]
         self.sync, self.warmup = sync, warmup
         self.n = cluster.workers
         self.tables = _Tables(sampler, plan)
-        worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
-        self.worker_Bps, self.server_Bps = worker_Bps, server_Bps
         n, shards = self.n, plan.shards
+        # The topology lays out the links (sgdscale.comm.topology.Topology.ps_links): one device per
+        # node and dedicated servers give push links 0..n-1 worker uplinks, n..n+S-1 server
+        # downlinks; pull links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
+        self.links = links = topology.ps_links(shards)
         self.q = EventQueue()
-        alpha = comm.p2p.alpha_s
-        # Push network: links 0..n-1 worker uplinks, n..n+S-1 server downlinks.
-        push_caps = worker_Bps + [server_Bps] * shards
-        push_pairs = [(w, n + s) for w in range(n) for s in range(shards)]
-        # Pull network: links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
-        pull_caps = [server_Bps] * shards + worker_Bps
-        pull_pairs = [(s, shards + w) for s in range(shards) for w in range(n)]
+        alpha = topology.alpha_s
+        push_caps, pull_caps = links.push_caps_Bps, links.pull_caps_Bps
+        push_pairs = [links.push_pairs[w][s] for w in range(n) for s in range(shards)]
+        pull_pairs = [links.pull_pairs[s][w] for s in range(shards) for w in range(n)]
 
         def network(caps, pairs, base, hubs):
             if star and StarNetwork.applies(caps, pairs):  # one shard: worker NICs are private
@@ -180,9 +186,9 @@ class _PsRun:
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, _PUSH_DONE, set(range(n, n + shards)))
+        self.push_net, conns = network(push_caps, push_pairs, _PUSH_DONE, links.hubs_push)
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
-        self.pull_net, conns = network(pull_caps, pull_pairs, _PULL_DONE, set(range(shards)))
+        self.pull_net, conns = network(pull_caps, pull_pairs, _PULL_DONE, links.hubs_pull)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.trace: list[TraceEvent] | None = [] if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -449,16 +455,20 @@ class _PsRun:
         n, shards = self.n, self.plan.shards
         d = [[(b - a) for a, b in zip(x, y)] for x, y in zip(start[1:], stop[1:])]
         compute, shard, push, pull = d
+        links = self.links
+        pcap, qcap = links.push_caps_Bps, links.pull_caps_Bps
         out = {"worker compute": float(np.mean(compute)) / span}
         for s in range(shards):
+            up, down = links.server_up[s], links.server_down[s]
             out[f"server {s} update"] = shard[s] / span
-            out[f"server {s} NIC up"] = pull[s] / (self.server_Bps * span)
-            out[f"server {s} NIC down"] = push[n + s] / (self.server_Bps * span)
-        out["worker NIC up (mean)"] = float(np.mean([push[w] / (self.worker_Bps[w] * span) for w in range(n)]))
-        out["worker NIC down (mean)"] = float(np.mean(
-            [pull[shards + w] / (self.worker_Bps[w] * span) for w in range(n)]))
-        self._worker_nic = [(w, push[w] / (self.worker_Bps[w] * span), pull[shards + w] / (self.worker_Bps[w] * span))
-                            for w in range(n)]
+            out[f"server {s} NIC up"] = pull[up] / (qcap[up] * span)
+            out[f"server {s} NIC down"] = push[down] / (pcap[down] * span)
+        # A NIC shared by a node's devices counts once per device here; its utilization is the node's.
+        up_util = [push[links.worker_up[w]] / (pcap[links.worker_up[w]] * span) for w in range(n)]
+        down_util = [pull[links.worker_down[w]] / (qcap[links.worker_down[w]] * span) for w in range(n)]
+        out["worker NIC up (mean)"] = float(np.mean(up_util))
+        out["worker NIC down (mean)"] = float(np.mean(down_util))
+        self._worker_nic = [(w, up_util[w], down_util[w]) for w in range(n)]
         return {k: min(v, 1.0) for k, v in out.items()}
 
     def outcome(self, reference: list[float], strategy: Strategy) -> Outcome:
@@ -482,14 +492,24 @@ class _PsRun:
                               wait_s=float(np.mean(wait)))
         util = self.utilization()
         step_mean = float(np.mean(steps))
+        bottleneck = self._bottleneck(util, breakdown, step_mean, strategy)
         return Outcome(
             iteration_s=np.asarray(steps, dtype=float),
             throughput=float(throughput),
             breakdown=breakdown,
-            bottleneck=self._bottleneck(util, breakdown, step_mean, strategy),
+            bottleneck=bottleneck,
             utilization=util,
             timeline=self.trace,
+            levels=self._levels(util, step_mean),
+            limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
         )
+
+    def _levels(self, util: dict[str, float], step_s: float) -> dict[str, float]:
+        """Busy seconds per step of each level's busiest link or resource (one direction)."""
+        nic = max((max(up, down) for _, up, down in getattr(self, "_worker_nic", [])), default=0.0)
+        server_nic = max((v for k, v in util.items() if k.startswith("server ") and "NIC" in k), default=0.0)
+        update = max((v for k, v in util.items() if k.endswith(" update")), default=0.0)
+        return {LEVEL_NIC: nic * step_s, "server NIC": server_nic * step_s, "server update": update * step_s}
 
     def _bottleneck(self, util: dict[str, float], b: Breakdown, step_s: float, strategy: Strategy) -> str:
         if step_s <= 0:
@@ -579,27 +599,26 @@ class _PsRun:
         self.pull_net.on_transfer = on_pull
 
 
-def _reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel,
+def _reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
                        plan: PsPlan) -> list[float]:
-    """Per worker: blocked time per step with the servers and links to itself (mean compute)."""
+    """Per worker: blocked time per step with the servers and links to itself (mean compute): one
+    worker on its own NIC (its node's, not shared) and the run's shards on dedicated server NICs
+    (colocated shards: NICs like the node's)."""
     memo: dict[tuple[float, float], float] = {}
     out = []
+    server_bps = cluster.server_bandwidth_bps if topology.ps_placement == "dedicated" else cluster.bandwidth_bps
     for w in range(cluster.workers):
         key = (cluster.worker_scale(w), cluster.worker_bandwidth_bps(w))
         if key not in memo:
-            solo = Cluster(1, bandwidth_bps=key[1], latency_s=cluster.latency_s, ps_count=cluster.ps_count,
-                           ps_bandwidth_bps=cluster.server_bandwidth_bps, compute_scale=(key[0],))
-            # Same messages as the real run (grouping may depend on N), one worker.
-            factor_comm = comm
-            if cluster.bandwidth_bps != key[1]:
-                # keep the network-file scaling factor relative to this worker's nominal bandwidth
-                factor_comm = CommModel(comm.p2p.model_copy(update={
-                    "beta_s_per_byte": comm.p2p.beta_s_per_byte * cluster.bandwidth_bps / key[1]}),
-                    comm.algorithm, comm.gamma_s_per_byte, comm.measured_allreduce)
+            solo = Cluster(1, bandwidth_bps=key[1], latency_s=cluster.latency_s, ps_count=plan.shards,
+                           ps_bandwidth_bps=server_bps, compute_scale=(key[0],))
+            # Same messages as the real run (grouping may depend on N), one worker; a measured
+            # network's scaling of every NIC carries over.
+            solo_topology = Topology(solo, topology.nic, nic_factor=topology.nic_factor)
             sampler = ComputeSampler(profile, solo, seed=0, variability=False)
             steps = 4
             rows = np.zeros((steps, 1), dtype=np.intp)
-            run = run_ps(profile, solo, factor_comm, plan, sampler, rows, strategy.kind == "ps-sync", 1)
+            run = run_ps(profile, solo, solo_topology, plan, sampler, rows, strategy.kind == "ps-sync", 1)
             memo[key] = float(np.mean(run.step_blocked[0])) if run.step_blocked[0] else 0.0
         out.append(memo[key])
     return out
@@ -612,13 +631,14 @@ def _reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, c
 
 def _simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, iterations: int,
                         warmup: int, seed: int, variability: bool, timeline: bool) -> Outcome:
-    from sgdscale.fine.allreduce import collective_times_s, describe_bottleneck, slowest_link_comm
+    from sgdscale.fine.allreduce import _straggler_limited, collective_times_s, describe_bottleneck
     from sgdscale.grouping import group_gradients
 
     n = cluster.workers
-    link_comm = slowest_link_comm(comm, cluster)
-    groups = group_gradients(profile, strategy, link_comm, n)
-    costs = collective_times_s(groups, link_comm, n).tolist()
+    topology = Topology.of(cluster, comm, strategy)
+    groups = group_gradients(profile, strategy, topology, n)
+    cost_arr, levels = collective_times_s(groups, topology)
+    costs = cost_arr.tolist()
     G = len(groups)
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
@@ -716,8 +736,10 @@ def _simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, 
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean if step_mean > 0 else float("inf"),
         breakdown=breakdown,
-        bottleneck=describe_bottleneck(profile, cluster, strategy, link_comm, groups, costs_arr, step_mean,
+        bottleneck=describe_bottleneck(profile, cluster, strategy, topology, groups, costs_arr, step_mean,
                                        breakdown, sampler),
         utilization=util,
         timeline=[] if timeline else None,
+        levels=levels,
+        limited_by=_straggler_limited(breakdown, step_mean),
     )

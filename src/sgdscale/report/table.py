@@ -35,6 +35,13 @@ def header_line(prediction: Prediction) -> str:
     for worker, bps in cluster.get("slow_links", []):
         extras.append(f"worker {worker} link {format_bandwidth(bps)}")
     variability = "on" if inputs["variability"] else "off"
+    if cluster.get("gpus_per_node", 1) > 1:
+        network = (f"nodes of {cluster['gpus_per_node']} devices, {format_bandwidth(cluster['intra_bandwidth_bps'])} "
+                   f"inside a node (latency {format_seconds(cluster['intra_latency_s'])}), NIC per node {network}, "
+                   f"{strategy.get('allreduce', 'flat')} scheme" + (
+                       f", servers {strategy['ps_placement']}" if kind != "allreduce" else ""))
+    elif kind != "allreduce" and strategy.get("ps_placement") == "colocated":
+        network += ", servers colocated"
     return (f"{profile['model']}: batch {profile['batch_size']} per worker, "
             f"{format_bytes(profile['gradient_bytes'])} of gradients, profiled step {format_seconds(profile['step_s'])} | "
             f"{network} | {plan}" + (" | " + "; ".join(extras) if extras else "") +
@@ -57,6 +64,7 @@ def prediction_table(prediction: Prediction) -> Table:
     table.add_column("compute", justify="right")
     table.add_column("exposed comm", justify="right")
     table.add_column("wait", justify="right")
+    table.add_column("limited by", min_width=15)
     for result in prediction.results:
         b = result.breakdown
         table.add_row(
@@ -70,6 +78,7 @@ def prediction_table(prediction: Prediction) -> Table:
             _seconds(b.compute_s),
             _seconds(b.exposed_comm_s),
             _seconds(b.wait_s),
+            result.limited_by or "-",
         )
     return table
 
@@ -80,5 +89,15 @@ def _seconds(value: float) -> str:
 
 
 def bottleneck_lines(prediction: Prediction) -> list[str]:
-    """'N workers, method: what limits it' for every result."""
-    return [f"{r.workers:>5} workers, {r.method:<6}: {r.bottleneck}" for r in prediction.results]
+    """'N workers, method: what limits it' for every result; on multi-device nodes followed by
+    the seconds per step each level is busy (compute, intra-node link, NIC, servers)."""
+    gpus = prediction.inputs.get("cluster", {}).get("gpus_per_node", 1)
+    lines = []
+    for r in prediction.results:
+        line = f"{r.workers:>5} workers, {r.method:<6}: {r.bottleneck}"
+        if gpus > 1 and r.levels:
+            nodes = -(-r.workers // gpus)
+            busy = ", ".join(f"{name} {_seconds(seconds)}" for name, seconds in r.levels.items())
+            line += f" [{nodes} node{'s' if nodes > 1 else ''}; busy per step: {busy}]"
+        lines.append(line)
+    return lines

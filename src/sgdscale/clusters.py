@@ -1,0 +1,169 @@
+"""Cluster files (`sgdscale.cluster/1`) and named presets: nodes, devices per node, their links.
+
+A cluster file describes the hardware once so that `sgdscale predict --cluster FILE` does not need
+a line of flags; a preset is the same description built in (`--cluster dgx-a100`). Rates and times
+are numbers in base units (`_bps`, `_s`) or strings with units ("300GB/s", "25Gbit", "5us").
+The sources of every preset number are in docs/clusters.md.
+
+    {"schema": "sgdscale.cluster/1", "name": "my-cluster",
+     "nodes": 4, "gpus_per_node": 8,
+     "intra": {"bandwidth": "300GB/s", "latency": "2us"},
+     "nic": {"bandwidth": "200Gbit", "latency": "5us"},
+     "servers": {"count": 1, "bandwidth": "100Gbit"},
+     "slow_nodes": [{"node": 2, "compute_scale": 1.5}],
+     "slow_nics": [{"node": 1, "bandwidth": "10Gbit"}]}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from sgdscale.errors import UserError
+from sgdscale.units import parse_bandwidth_bps, parse_time_s
+
+CLUSTER_SCHEMA = "sgdscale.cluster/1"
+
+
+class LinkSpec(BaseModel):
+    """One link: bandwidth (bit/s or a string with units) and one-way latency (s or a string)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    bandwidth: float | str
+    latency: float | str = 0.0
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _bandwidth(cls, value: float | str) -> float:
+        try:
+            return parse_bandwidth_bps(value)
+        except UserError as error:
+            raise ValueError(str(error)) from None
+
+    @field_validator("latency")
+    @classmethod
+    def _latency(cls, value: float | str) -> float:
+        try:
+            return parse_time_s(value, "latency")
+        except UserError as error:
+            raise ValueError(str(error)) from None
+
+    @property
+    def bandwidth_bps(self) -> float:
+        return float(self.bandwidth)
+
+    @property
+    def latency_s(self) -> float:
+        return float(self.latency)
+
+
+class ServerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    count: int = Field(default=1, ge=1)
+    bandwidth: float | str | None = None
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _bandwidth(cls, value: float | str | None) -> float | None:
+        if value is None:
+            return None
+        try:
+            return parse_bandwidth_bps(value)
+        except UserError as error:
+            raise ValueError(str(error)) from None
+
+
+class SlowNode(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node: int = Field(ge=0)
+    compute_scale: float = Field(gt=0)
+
+
+class SlowNic(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node: int = Field(ge=0)
+    bandwidth: float | str
+
+    @field_validator("bandwidth")
+    @classmethod
+    def _bandwidth(cls, value: float | str) -> float:
+        try:
+            return parse_bandwidth_bps(value)
+        except UserError as error:
+            raise ValueError(str(error)) from None
+
+
+class ClusterSpec(BaseModel):
+    """The hardware of a cluster (module docstring). `nodes` may be left out and given on the
+    command line (`--nodes`, or `--workers` as total devices)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    schema_: Literal["sgdscale.cluster/1"] = Field(default=CLUSTER_SCHEMA, alias="schema")
+    name: str = ""
+    source: str = ""
+    nodes: int | None = Field(default=None, ge=1)
+    gpus_per_node: int = Field(default=1, ge=1)
+    intra: LinkSpec = LinkSpec(bandwidth=128e9, latency=5e-6)
+    nic: LinkSpec = LinkSpec(bandwidth=10e9, latency=20e-6)
+    servers: ServerSpec = ServerSpec()
+    slow_nodes: list[SlowNode] = Field(default_factory=list)
+    slow_nics: list[SlowNic] = Field(default_factory=list)
+
+    def check_nodes(self, nodes: int) -> None:
+        """Slow nodes and NICs must name nodes that exist."""
+        for entry in [*self.slow_nodes, *self.slow_nics]:
+            if entry.node >= nodes:
+                raise UserError(f"cluster {self.name or 'file'}: a slow node/NIC names node {entry.node}, but nodes "
+                                f"are numbered 0..{nodes - 1}; fix the entry or give more --nodes")
+
+
+PRESETS: dict[str, ClusterSpec] = {
+    "dgx-a100": ClusterSpec(
+        name="dgx-a100", gpus_per_node=8,
+        source="NVIDIA DGX A100 datasheet: 8x A100 SXM4, NVLink 3 via NVSwitch (600 GB/s per GPU, both "
+               "directions together), 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute",
+        intra=LinkSpec(bandwidth="300GB/s", latency="2us"),
+        nic=LinkSpec(bandwidth="1600Gbit", latency="5us")),
+    "p4d.24xlarge": ClusterSpec(
+        name="p4d.24xlarge", gpus_per_node=8,
+        source="AWS EC2 P4d instances page: 8x A100, NVSwitch 600 GB/s, 400 Gbps EFA networking",
+        intra=LinkSpec(bandwidth="300GB/s", latency="2us"),
+        nic=LinkSpec(bandwidth="400Gbit", latency="15us")),
+    "8xV100-pcie": ClusterSpec(
+        name="8xV100-pcie", gpus_per_node=8,
+        source="NVIDIA V100 datasheet (PCIe card: PCIe 3.0 x16, 32 GB/s both directions together); "
+               "a 25 Gbit/s Ethernet NIC per node",
+        intra=LinkSpec(bandwidth="16GB/s", latency="5us"),
+        nic=LinkSpec(bandwidth="25Gbit", latency="25us")),
+    "cpu-ethernet": ClusterSpec(
+        name="cpu-ethernet", gpus_per_node=1,
+        source="one CPU worker per server on 10 Gbit/s Ethernet (sgdscale's defaults)",
+        intra=LinkSpec(bandwidth="128Gbit", latency="5us"),
+        nic=LinkSpec(bandwidth="10Gbit", latency="20us")),
+}
+
+
+def load_cluster(name_or_path: str) -> ClusterSpec:
+    """A preset by name, or a `sgdscale.cluster/1` file; one-line errors naming the field."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    path = Path(name_or_path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"--cluster {name_or_path}: no such file or preset; presets: "
+                        f"{', '.join(PRESETS)} (docs/clusters.md)") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}: not valid JSON (line {error.lineno}: {error.msg})") from None
+    if not isinstance(data, dict) or data.get("schema") != CLUSTER_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise UserError(f"{path}: unsupported schema {found!r}; expected \"{CLUSTER_SCHEMA}\"")
+    try:
+        return ClusterSpec.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in error.errors()[:5])
+        raise UserError(f"{path}: invalid cluster file: {problems}") from None

@@ -1,0 +1,58 @@
+"""A one-device-per-node topology reproduces the pre-topology predictions exactly.
+
+tests/data/flat_reference.json was recorded from the code before `sgdscale.comm.topology`
+existed (commit 'Record flat-topology reference predictions'), with the cases of
+tests/flat_cases.py: several profiles, all three strategies, both methods, a measured network,
+slow links and slow workers.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flat_cases import CASES, network
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.predict import predict
+from sgdscale.profile import load_profile
+from sgdscale.strategy import Strategy
+
+REFERENCE = json.loads((Path(__file__).parent / "data" / "flat_reference.json").read_text())
+
+
+def _run(case, allreduce="flat"):
+    name, prof, skw, ckw, counts, use_net = case
+    strategy = Strategy(**skw, allreduce=allreduce)
+    ckw = dict(ckw)
+    ckw.setdefault("workers", 1)
+    if use_net:
+        net = network()
+        comm = CommModel.from_network(net, strategy.algorithm)
+        ckw["bandwidth_bps"] = float(f"{8.0 / net.p2p.beta_s_per_byte:.4g}")
+        ckw["latency_s"] = net.p2p.alpha_s
+    else:
+        comm = CommModel.from_link(ckw.get("bandwidth_bps", 10e9), ckw.get("latency_s", 20e-6), strategy.algorithm)
+    return predict(load_profile(prof), Cluster(**ckw), strategy, comm, counts, iterations=20, warmup=3)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_flat_topology_reproduces_reference(case):
+    expected = REFERENCE[case[0]]
+    got = _run(case).results
+    assert [(r.workers, r.method) for r in got] == [(e["workers"], e["method"]) for e in expected]
+    for r, e in zip(got, expected):
+        assert r.throughput == pytest.approx(e["throughput"], rel=1e-9, abs=0)
+        for key in ("mean", "p50", "p95"):
+            assert r.iteration_s[key] == pytest.approx(e["iteration_s"][key], rel=1e-9, abs=0)
+        assert r.breakdown.exposed_comm_s == pytest.approx(e["breakdown"]["exposed_comm_s"], rel=1e-9, abs=1e-15)
+        assert r.breakdown.wait_s == pytest.approx(e["breakdown"]["wait_s"], rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2]["kind"] == "allreduce" and c[2].get("algorithm", "ring") == "ring"],
+                         ids=lambda c: c[0])
+def test_hierarchical_on_one_device_per_node_is_flat(case):
+    """With G = 1 the hierarchical scheme has no intra-node phases: the same numbers."""
+    expected = REFERENCE[case[0]]
+    for r, e in zip(_run(case, "hierarchical").results, expected):
+        assert r.throughput == pytest.approx(e["throughput"], rel=1e-9, abs=0)
