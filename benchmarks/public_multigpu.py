@@ -11,10 +11,11 @@ error = predicted / published - 1, with per-iteration variability off (determini
 vary far less than this CPU's) and on (the CPU profile's relative spread, as a pessimistic bound),
 and writes benchmarks/results/public_multigpu/{results.json,summary.md}.
 
-Extending it: add a case to the JSON (same fields); a case needing multi-GPU-per-node topology
-(intra-node link + shared NIC + hierarchical all-reduce) is modelled here per node or as a flat
-ring and says so in `assumed`; when `--nodes/--gpus-per-node` lands, give such a case
-`nodes`/`gpus_per_node` and route it through that cluster in `cluster_for`.
+Extending it: add a case to the JSON (same fields). Multi-GPU nodes: give `gpus_per_node`,
+`intra_bandwidth`, `intra_latency` (and `allreduce`: flat/hierarchical/tree/auto, or
+`ps_placement`) and the case runs on sgdscale's two-level topology (`--gpus-per-node`); a case
+with `folded_gpus_per_node` is modelled one worker per node instead, calibrated to the node's
+published throughput.
 
     .venv/bin/python benchmarks/public_multigpu.py
 """
@@ -41,16 +42,26 @@ def cluster_for(case: dict, workers: int):
     bandwidth = parse_bandwidth_bps(case["bandwidth"])  # a number (bit/s) or text such as 25Gbit
     latency = parse_time_s(case["latency"])
     ps = case.get("ps_per_node", 0) * workers if case["strategy"].startswith("ps") else 1
-    cluster = Cluster(1, bandwidth, latency, max(ps, 1))
+    topology = {}
+    if "gpus_per_node" in case:  # multi-GPU nodes: intra-node link + one NIC per node (sgdscale.comm.topology)
+        topology = {"gpus_per_node": case["gpus_per_node"],
+                    "intra_bandwidth_bps": parse_bandwidth_bps(case["intra_bandwidth"]),
+                    "intra_latency_s": parse_time_s(case["intra_latency"])}
+    cluster = Cluster(1, bandwidth, latency, max(ps, 1), **topology)
     strategy = Strategy(kind=case["strategy"], grouping=case.get("grouping"),
-                        bucket_bytes=case.get("bucket_mb", 25) * MIB)
+                        bucket_bytes=case.get("bucket_mb", 25) * MIB, allreduce=case.get("allreduce", "flat"),
+                        ps_placement=case.get("ps_placement", "dedicated"))
     return cluster, strategy, CommModel.from_link(bandwidth, latency, strategy.algorithm)
 
 
 def implied_bandwidth_bps(profile, case: dict, count: int, published: float) -> float | None:
     """The link bandwidth at which the deterministic prediction equals the published throughput
-    (bisection in log space between 10 Mbit/s and 100 Tbit/s); None when no bandwidth does."""
+    (bisection in log space between 10 Mbit/s and 100 Tbit/s); None when no bandwidth does, and
+    for parameter-server cases, whose discrete-event predictions take seconds each."""
     from sgdscale.predict import predict
+
+    if case["strategy"] != "allreduce":
+        return None
 
     def throughput(bps: float) -> float:
         cluster, strategy, comm = cluster_for({**case, "bandwidth": bps}, count)
@@ -72,9 +83,9 @@ def predict_case(case: dict) -> list[dict]:
     from sgdscale.profile import load_profile
 
     base = load_profile(case["model"])
-    per_node = "gpus_per_node" in case
+    per_node = "folded_gpus_per_node" in case
     if per_node:
-        batch = case["batch_per_gpu"] * case["gpus_per_node"]
+        batch = case["batch_per_gpu"] * case["folded_gpus_per_node"]
         one, measured = case["one_node_samples_per_s"], case["measured_nodes"]
     else:
         batch = case["batch_per_gpu"]
@@ -86,11 +97,14 @@ def predict_case(case: dict) -> list[dict]:
         count = int(count_text)
         cluster, strategy, comm = cluster_for(case, count)
         row = {"case": case["id"], "source": case["source"], "model": case["model"], "precision": case["precision"],
+               "strategy": case["strategy"], "topology": (f"{case['gpus_per_node']} GPUs/node, {case.get('allreduce') or case.get('ps_placement')}"
+                                                          if "gpus_per_node" in case else "flat"),
                "workers": count, "unit": "nodes" if per_node else "GPUs", "batch_per_worker": batch,
                "one_worker_samples_per_s": one, "published_samples_per_s": published,
                "published_efficiency": published / (count * one)}
         for variability in (False, True):
-            prediction = predict(profile, cluster, strategy, comm, [count], ["fine"], iterations=50, warmup=5,
+            steps = 50 if case["strategy"] == "allreduce" else 20  # the PS simulation costs ~1 ms per message
+            prediction = predict(profile, cluster, strategy, comm, [count], ["fine"], iterations=steps, warmup=5,
                                  variability=variability)
             result = prediction.results[0]
             key = "var" if variability else "det"
@@ -126,7 +140,9 @@ def predict_device_case(case: dict) -> dict:
 
 def implied(row: dict) -> str:
     bps = row["implied_bandwidth_bps"]
-    return "no bandwidth" if bps is None else f"{bps / 8e9:.3g} GB/s"
+    if bps is None:
+        return "not computed (PS)" if row["strategy"] != "allreduce" else "no bandwidth"
+    return f"{bps / 8e9:.3g} GB/s"
 
 
 def main() -> int:
