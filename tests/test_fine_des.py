@@ -142,9 +142,16 @@ def _throughput(kind, workers, bandwidth, shards, server_bw=None, profile=None, 
 @given(workers=st.integers(1, 6), shards=st.integers(1, 3), bw=st.floats(1e8, 5e9), factor=st.floats(1.0, 8.0),
        kind=st.sampled_from(["ps-sync", "ps-async"]))
 def test_throughput_non_decreasing_in_bandwidth(workers, shards, bw, factor, kind):
+    """More bandwidth never costs more than a little throughput.
+
+    Not a strict law of the model: messages finishing earlier can reorder who waits for whom at a
+    shared server NIC, so the steady phase pattern changes. Found by this test: ps-sync, 6 workers,
+    1 shard, 100 Mbit/s -> 104.7 Mbit/s loses 1.1 % (11.83 -> 11.70 samples/s), the same before and
+    after the topology refactor. A loss beyond 2 % would be a defect, not a phase pattern.
+    """
     slow = _throughput(kind, workers, bw, shards)
     fast = _throughput(kind, workers, bw * factor, shards)
-    assert fast >= slow * (1 - 1e-6)
+    assert fast >= slow * (1 - 0.02)
 
 
 @HYPOTHESIS

@@ -1,9 +1,19 @@
 """Validation: every prediction checked against a real distributed run on the emulated cluster.
 
+Two kinds of case, reported apart (`kind` in every row, and per kind in the summary):
+- `real`: the model itself trains (real compute); end to end, and noisy on a shared 2-core
+  machine because the compute inherits the node's speed under its CPU quota.
+- `replay`: a module built from a profile (runtime/replay.py) trains: the profiled parameter sizes,
+  gradient-ready order and compute times, with real communication. The profile is the input (a
+  built-in one such as resnet50, or a file), so there is no profiling step, and compute is slept
+  (default) or spun, so this checks the network and coordination model on big models with many
+  workers. Predicted without per-iteration variability, since the replay spends the profiled means.
+
 For each case (model, workers, bandwidth, strategy) the grid
 1. profiles the model on a single emulated node under the same CPU quota as the cluster nodes,
    once per round, right before that model's runs of the round (the node's speed drifts over
-   minutes, so a profile taken long before a run misjudges it),
+   minutes, so a profile taken long before a run misjudges it); a replay case copies its input
+   profile instead,
 2. benchmarks the shaped network once per bandwidth (p2p and all-reduce for every worker count in
    the grid; cached),
 3. predicts with both methods from that round's profile and the network file,
@@ -41,16 +51,25 @@ VALIDATION_SCHEMA = "sgdscale.validation/1"
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model as the grid runs it: name, per-worker batch, input size and zoo options."""
+    """A model as the grid runs it: name, per-worker batch, input size and zoo options; or, with
+    `kind="replay"`, a profile (built-in name or file) replayed with `replay_compute`."""
 
     model: str
     batch_size: int
     image_size: int | None = None
     seq_len: int | None = None
     options: tuple[tuple[str, int | float | str], ...] = ()
+    kind: str = "real"  # or "replay"
+    replay_compute: str = "sleep"
+
+    @property
+    def name(self) -> str:
+        return Path(self.model).stem if self.kind == "replay" else self.model
 
     @property
     def label(self) -> str:
+        if self.kind == "replay":
+            return f"replay-{self.name}-b{self.batch_size}" + ("-spin" if self.replay_compute == "spin" else "")
         parts = [self.model, f"b{self.batch_size}"]
         if self.image_size:
             parts.append(f"i{self.image_size}")
@@ -121,17 +140,25 @@ def relative_error(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
+def case_kind(row: dict[str, Any]) -> str:
+    """`real` or `replay` (rows written before replay existed are real runs)."""
+    return row.get("kind", "real")
+
+
 def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Median and maximum absolute error per method and strategy, and per method overall."""
+    """Median and maximum absolute error per kind of case, method and strategy, and per kind and
+    method overall: real and replay cases are never pooled."""
     rows = list(rows)
     summary = []
-    for method in ("fine", "coarse", "fine-nominal", "coarse-nominal"):
-        for strategy in sorted({r["strategy"] for r in rows}) + ["all"]:
-            errors = [abs(r["error"][method]) for r in rows
-                      if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
-            if errors:
-                summary.append({"method": method, "strategy": strategy, "cases": len(errors),
-                                 "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)})
+    for kind in sorted({case_kind(r) for r in rows}):
+        of_kind = [r for r in rows if case_kind(r) == kind]
+        for method in ("fine", "coarse", "fine-nominal", "coarse-nominal"):
+            for strategy in sorted({r["strategy"] for r in of_kind}) + ["all"]:
+                errors = [abs(r["error"][method]) for r in of_kind
+                          if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
+                if errors:
+                    summary.append({"kind": kind, "method": method, "strategy": strategy, "cases": len(errors),
+                                    "median_abs_error": statistics.median(errors), "max_abs_error": max(errors)})
     return summary
 
 
@@ -154,6 +181,8 @@ class Validator:
 
     # ---------------------------------------------------------------- cached inputs
     def profile_path(self, spec: ModelSpec, round_index: int = 0) -> Path:
+        if spec.kind == "replay":  # the input profile: one for every round, no quota involved
+            return self.out_dir / "profiles" / f"{spec.label.removesuffix('-spin')}.json"
         suffix = f"-r{round_index}" if round_index else ""
         return self.out_dir / "profiles" / f"{spec.label}-q{self.grid.cpu_per_node_cores:g}{suffix}.json"
 
@@ -166,11 +195,17 @@ class Validator:
         return self.out_dir / "networks" / f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}-n{counts}.json"
 
     def ensure_profile(self, spec: ModelSpec, round_index: int = 0) -> Path:
-        """Profile on one emulated node with the cluster's per-node CPU quota (one core's share)."""
+        """Profile on one emulated node with the cluster's per-node CPU quota (one core's share);
+        a replay case's profile is its input: kept as given, so the folder holds what was run."""
         from sgdscale.runtime.testbed import Testbed
 
         path = self.profile_path(spec, round_index)
         if path.exists():
+            return path
+        if spec.kind == "replay":
+            from sgdscale.profile import load_profile, save_profile
+
+            save_profile(load_profile(spec.model), path)
             return path
         self.log(f"profiling {spec.label} on one node at {self.grid.cpu_per_node_cores:g} cores"
                  + (f" (round {round_index + 1})" if round_index else ""))
@@ -219,26 +254,32 @@ class Validator:
         comm = CommModel.from_network(network)
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         strategy = Strategy(kind=case.strategy)
+        variability = case.spec.kind != "replay"  # a replay spends the profiled means
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
-                             iterations=self.predict_iterations)
+                             iterations=self.predict_iterations, variability=variability)
         results = {r.method: r for r in prediction.results if r.workers == case.workers}
         nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
         nominal = predict(profile, nominal_cluster, strategy,
                           CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), [case.workers],
-                          methods=("fine", "coarse"), iterations=self.predict_iterations)
+                          methods=("fine", "coarse"), iterations=self.predict_iterations, variability=variability)
         results.update({f"{r.method}-nominal": r for r in nominal.results if r.workers == case.workers})
         return results
 
     def measure_case(self, case: Case) -> Any:
         from sgdscale.runtime.testbed import Testbed
-        from sgdscale.runtime.train import TrainConfig, run_training
+        from sgdscale.runtime.train import TrainConfig, replay_config, run_training
 
-        config = TrainConfig(
-            model=case.spec.model, workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
-            batch_size=case.spec.batch_size, iterations=self.grid.iterations, warmup=self.grid.warmup,
-            image_size=case.spec.image_size, seq_len=case.spec.seq_len, model_options=dict(case.spec.options),
-            bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
-        )
+        common = dict(workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
+                      iterations=self.grid.iterations, warmup=self.grid.warmup,
+                      bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores)
+        if case.spec.kind == "replay":
+            config = replay_config(str(self.profile_path(case.spec)), case.spec.replay_compute, **common)
+            config.model = case.spec.name
+        else:
+            config = TrainConfig(
+                model=case.spec.model, batch_size=case.spec.batch_size, image_size=case.spec.image_size,
+                seq_len=case.spec.seq_len, model_options=dict(case.spec.options), **common,
+            )
         with Testbed(case.nodes, case.bandwidth_bps, self.grid.cpu_per_node_cores,
                      pin_cpus=self.grid.pin_cpus) as testbed:
             return run_training(config, placement=testbed, timeout_s=1800)
@@ -286,6 +327,7 @@ class Validator:
         middle = min(runs, key=lambda run: abs(run["measured_throughput"] - median))
         return {
             "key": case.key,
+            "kind": case.spec.kind,
             "model": case.spec.label,
             "workers": case.workers,
             "bandwidth_bps": case.bandwidth_bps,

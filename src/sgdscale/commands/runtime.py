@@ -15,6 +15,21 @@ Examples:
   sgdscale train resnet18 --image-size 32 --batch-size 16 --strategy ps-sync --ps 1
   sgdscale train resnet18 --grouping per-layer --iterations 30 --warmup 5
   sgdscale train gpt2 --seq-len 64 --strategy ps-async --ps 2
+  sgdscale train resnet50 --replay --workers 8 --emulate --bandwidth 1Gbit --cpu-quota 0.2
+  sgdscale train my-profile.json --replay --replay-compute spin --strategy ps-sync
+
+\b
+Replay (--replay): MODEL is a profile file or a built-in profile name (sgdscale show --list).
+Each profiled layer becomes a module with parameters of exactly the profiled sizes that spends
+exactly its profiled forward and backward time; gradients become ready in the profiled order
+(per-tensor grad_ready_s where the profile has it). Communication is fully real. Memory is
+parameters + gradients only, so 8-16 resnet50 or gpt2 replay workers fit one machine.
+  --replay-compute sleep  (default) sleep out each duration: the CPU stays free for
+                          communication; isolates the network and coordination model.
+  --replay-compute spin   burn calibrated CPU work: takes the node's CPU quota like real
+                          compute, so compute/communication interference shows.
+The optimizer is not run: its profiled time is spent instead (same sleep/spin). The batch is
+the profiled one.
 
 \b
 Strategies and what they run:
@@ -68,7 +83,8 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--ps-placement", default="round-robin", show_default=True, help="round-robin | size.")
 @click.option("--grouping", default=None, help="allreduce: buckets (default) | single | per-layer | per-tensor.")
 @click.option("--bucket-mb", type=float, default=None, help="DDP bucket cap in MiB (grouping buckets; default 25).")
-@click.option("--batch-size", "-b", type=int, default=32, show_default=True, help="Samples per worker per step.")
+@click.option("--batch-size", "-b", type=int, default=None,
+              help="Samples per worker per step [default: 32; a replay uses the profiled batch].")
 @click.option("--iterations", "-i", type=int, default=20, show_default=True, help="Measured iterations per worker.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations first.")
 @click.option("--image-size", type=int, default=None, help="Image side in pixels (image models).")
@@ -85,6 +101,12 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
 @click.option("--cpu-quota", type=float, default=None,
               help="CPU cores per node with --emulate [default: this machine's cores / nodes, at most 1].")
+@click.option("--replay", is_flag=True,
+              help="MODEL is a profile (file or built-in name): run a module that replays its layer sizes, "
+                   "times and gradient order with real communication (see below).")
+@click.option("--replay-compute", default=None,
+              help="Replay: sleep (default: leaves the CPU to communication) | spin (burns the CPU quota "
+                   "like real compute).")
 @click.option("--pin-cpus/--no-pin-cpus", default=True, show_default=True,
               help="With --emulate, also pin each node to its own core(s), so nodes never queue on one core.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the measurement JSON here.")
@@ -92,7 +114,7 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
               help="Only write the rank config (for torchrun on a real cluster) and exit.")
 def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb, batch_size, iterations,
           warmup, image_size, seq_len, model_options, lr, threads, timeout, port, emulate, bandwidth, cpu_quota,
-          pin_cpus, output, write_config) -> None:
+          replay, replay_compute, pin_cpus, output, write_config) -> None:
     """Train MODEL with real data-parallel SGD and measure every iteration of every worker (the
     ground truth for `sgdscale predict`): on local processes, or with --emulate on an emulated
     cluster with one shaped network namespace and CPU quota per node.
@@ -101,20 +123,29 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
     Examples:
       sgdscale train mlp --workers 2 --strategy allreduce -o m.json
       sgdscale train gpt2 --workers 4 --strategy ps-async --ps 1 --emulate --bandwidth 200Mbit
+      sgdscale train resnet50 --replay --workers 8 --emulate --bandwidth 1Gbit --cpu-quota 0.2
     """
     from dataclasses import asdict
 
     from sgdscale.jsonio import write_json_atomic
-    from sgdscale.runtime.train import TrainConfig, count_tensors, run_training, validate
+    from sgdscale.runtime.train import TrainConfig, count_tensors, replay_config, run_training, validate
 
     if strategy.startswith("ps") and ps_count is None:
         ps_count = 1
-    config = validate(TrainConfig(
-        model=model, workers=workers, strategy=strategy, ps_count=ps_count or 0, ps_placement=ps_placement,
-        grouping=grouping, bucket_mb=bucket_mb, batch_size=batch_size, iterations=iterations, warmup=warmup,
+    options = dict(
+        workers=workers, strategy=strategy, ps_count=ps_count or 0, ps_placement=ps_placement,
+        grouping=grouping, bucket_mb=bucket_mb, iterations=iterations, warmup=warmup,
         image_size=image_size, seq_len=seq_len, model_options=parse_options(model_options), lr=lr,
         threads=threads,
-    ))
+    )
+    if replay:
+        if batch_size is not None:
+            raise UserError("a replay runs the profiled batch: drop --batch-size (profile with the batch you want)")
+        config = validate(replay_config(model, replay_compute or "sleep", **options))
+    else:
+        if replay_compute is not None:
+            raise UserError("--replay-compute applies to replay runs only: add --replay")
+        config = validate(TrainConfig(model=model, batch_size=batch_size or 32, **options))
     timeout_s = parse_time_s(timeout, "timeout")
     if timeout_s <= 0:
         raise UserError("--timeout must be positive, e.g. 300s")
@@ -128,7 +159,7 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    label = f"{model}: {strategy}, {workers} workers" + (f", {config.ps_count} PS" if config.ps_count else "")
+    label = f"{'replay ' if replay else ''}{model}: {strategy}, {workers} workers" + (f", {config.ps_count} PS" if config.ps_count else "")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("iterations"), TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task(label, total=config.warmup + config.iterations)
@@ -168,7 +199,7 @@ def measurement_table(measurement) -> Table:
     import numpy as np
 
     cfg = measurement.config
-    table = Table(title=f"{cfg.model} {cfg.strategy}"
+    table = Table(title=f"{cfg.model}{' (replay, ' + cfg.replay_compute + ')' if cfg.workload == 'replay' else ''} {cfg.strategy}"
                   + (f" ({cfg.grouping})" if cfg.grouping else f" ({cfg.ps_count} shards)")
                   + f": {cfg.iterations} measured iterations, batch {cfg.batch_size} per worker")
     for name in ("rank", "step mean", "step p50", "step p95", "compute mean", "wait mean", "samples/s"):

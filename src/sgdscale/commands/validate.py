@@ -24,6 +24,23 @@ DEFAULT_SPECS = {
 }
 
 
+def replay_spec(name: str, batch_size: int | None, compute: str):
+    """A replay case's model: a built-in profile name or a profile file, at its profiled batch."""
+    from sgdscale.profile import load_profile
+    from sgdscale.runtime.replay import COMPUTE_MODES
+    from sgdscale.validation import ModelSpec
+
+    if batch_size:
+        raise UserError("--batch-size does not apply to --workload replay: a replay runs the profiled batch")
+    if compute not in COMPUTE_MODES:
+        raise UserError(f"unknown --replay-compute '{compute}'; use one of: {', '.join(COMPUTE_MODES)}")
+    try:
+        profile = load_profile(name)
+    except UserError as error:
+        raise UserError(f"--workload replay takes profiles in --models: {error}") from None
+    return ModelSpec(model=name, batch_size=profile.batch_size, kind="replay", replay_compute=compute)
+
+
 def model_spec(name: str, batch_size: int | None):
     from sgdscale.validation import ModelSpec
 
@@ -36,15 +53,18 @@ def model_spec(name: str, batch_size: int | None):
 
 
 def results_table(rows: list[dict]) -> Table:
+    from sgdscale.validation import case_kind
+
     table = Table(title="predicted vs measured throughput (samples/s)")
-    for column in ("model", "strategy", "workers", "bandwidth", "measured", "band", "fine", "err", "coarse", "err"):
-        table.add_column(column, justify="left" if column in ("model", "strategy") else "right")
-    for row in rows:
+    for column in ("kind", "model", "strategy", "workers", "bandwidth", "measured", "band", "fine", "err", "coarse",
+                   "err"):
+        table.add_column(column, justify="left" if column in ("kind", "model", "strategy") else "right")
+    for row in sorted(rows, key=case_kind):
         pred, err = row["predicted_throughput"], row["error"]
         low, median, high = row.get("measured_band") or [row["measured_throughput"]] * 3
         band = f"{(low - median) / median:+.0%}..{(high - median) / median:+.0%} ({len(row.get('runs', [0]))} runs)"
         table.add_row(
-            row["model"], row["strategy"], str(row["workers"]), format_bandwidth(row["bandwidth_bps"]),
+            case_kind(row), row["model"], row["strategy"], str(row["workers"]), format_bandwidth(row["bandwidth_bps"]),
             f"{row['measured_throughput']:.1f}", band,
             f"{pred.get('fine', float('nan')):.1f}", f"{err.get('fine', float('nan')):+.1%}",
             f"{pred.get('coarse', float('nan')):.1f}", f"{err.get('coarse', float('nan')):+.1%}",
@@ -53,18 +73,25 @@ def results_table(rows: list[dict]) -> Table:
 
 
 def summary_table(summary: list[dict]) -> Table:
-    table = Table(title="absolute error of predicted throughput")
-    for column in ("method", "strategy", "cases", "median", "max"):
-        table.add_column(column, justify="left" if column in ("method", "strategy") else "right")
+    table = Table(title="absolute error of predicted throughput (real and replay cases apart)")
+    for column in ("kind", "method", "strategy", "cases", "median", "max"):
+        table.add_column(column, justify="left" if column in ("kind", "method", "strategy") else "right")
     for item in summary:
-        table.add_row(item["method"], item["strategy"], str(item["cases"]),
+        table.add_row(item.get("kind", "real"), item["method"], item["strategy"], str(item["cases"]),
                       f"{item['median_abs_error']:.1%}", f"{item['max_abs_error']:.1%}")
     return table
 
 
 @click.command("validate")
 @click.option("--models", default="mlp,cnn,gpt2", show_default=True,
-              help=f"Comma-separated models (known: {', '.join(DEFAULT_SPECS)}).")
+              help=f"Comma-separated models (known: {', '.join(DEFAULT_SPECS)}); with --workload replay, "
+                   "profiles: built-in names (sgdscale show --list) or files.")
+@click.option("--workload", default="real", show_default=True,
+              help="real: train the models (profiled first under the node quota) | replay: replay the profiles "
+                   "(runtime/replay.py: profiled sizes, order and times, real communication; no profiling).")
+@click.option("--replay-compute", default="sleep", show_default=True,
+              help="Replay: sleep (isolates the network and coordination model) | spin (burns the node's CPU "
+                   "quota like real compute).")
 @click.option("--workers", "workers_text", default="2,4", show_default=True, help="Worker counts, e.g. 2,4,8.")
 @click.option("--bandwidth", "bandwidth_text", default="200Mbit,1Gbit", show_default=True,
               help="Comma-separated NIC rates of the emulated nodes.")
@@ -85,9 +112,9 @@ def summary_table(summary: list[dict]) -> Table:
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("validation-out"), show_default=True,
               help="Folder for results.json, cached profiles and network files, and the plot.")
-def validate(models: str, workers_text: str, bandwidth_text: str, strategies: str, ps_count: int,
-             batch_size: int | None, cpu_per_node: float, iterations: int, warmup: int, repeats: int,
-             pin_cpus: bool, repredict: bool, out_dir: Path) -> None:
+def validate(models: str, workload: str, replay_compute: str, workers_text: str, bandwidth_text: str,
+             strategies: str, ps_count: int, batch_size: int | None, cpu_per_node: float, iterations: int,
+             warmup: int, repeats: int, pin_cpus: bool, repredict: bool, out_dir: Path) -> None:
     """Check predictions against real distributed training on an emulated cluster (needs root
     and torch).
 
@@ -96,14 +123,26 @@ def validate(models: str, workers_text: str, bandwidth_text: str, strategies: st
     training (one network namespace, tbf-shaped link and CPU quota per node), and report predicted,
     measured and error. Finished cases are saved at once; rerun the same command to resume.
 
+    With --workload replay, --models are profiles and each run replays its profile (no
+    profiling step): big built-in profiles with 8-16 workers fit this machine. Replay and real
+    cases are reported apart.
+
     \b
-    Example:
+    Examples:
       sgdscale validate --models mlp,gpt2 --workers 2,4 --bandwidth 200Mbit -o val/
+      sgdscale validate --workload replay --models resnet50,gpt2 --workers 4,8,16 --cpu-per-node 0.1 \
+          --bandwidth 1Gbit --strategies allreduce -o val/
     """
     from sgdscale.strategy import KINDS
     from sgdscale.validation import Grid, Validator, summarize
 
-    specs = [model_spec(name.strip(), batch_size) for name in models.split(",") if name.strip()]
+    if workload not in ("real", "replay"):
+        raise UserError(f"unknown --workload '{workload}'; use real or replay")
+    names = [name.strip() for name in models.split(",") if name.strip()]
+    if workload == "replay":
+        specs = [replay_spec(name, batch_size, replay_compute) for name in names]
+    else:
+        specs = [model_spec(name, batch_size) for name in names]
     kinds = [s.strip() for s in strategies.split(",") if s.strip()]
     for kind in kinds:
         if kind not in KINDS:

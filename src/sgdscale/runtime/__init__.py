@@ -7,7 +7,9 @@ against.
 - `train`: `run_training(config)` -> Measurement; the rank-side `train_rank` dispatches to
 - `ddp` (all-reduce: DDP buckets, or manual single / per-layer / per-tensor grouping) and
 - `ps` (parameter server on gloo point-to-point, synchronous or asynchronous).
+- `replay`: a module built from a profile (profiled parameter sizes, times and gradient order)
+  that any strategy trains in place of a real model (`sgdscale train PROFILE --replay`).
 - `measurement`: the `sgdscale.measurement/1` file format.
 
-Only the rank-side modules (rank, worker, ddp, ps) import torch at module level.
+Only the rank-side modules (rank, worker, ddp, ps, replay) import torch at module level.
 """

@@ -119,6 +119,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         manual = ManualAllReduce(module, grouping, ctx.world_size)
         net = module
     optimizer = torch.optim.SGD(net.parameters(), lr=config["lr"])
+    # A replay spends the profiled optimizer time instead of updating (see runtime/replay.py).
+    optimizer_step = setup.replay.optimizer_step if setup.replay is not None else optimizer.step
     total = config["warmup"] + config["iterations"]
     log = IterationLog()
     extra: dict[str, Any] = {}
@@ -135,7 +137,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         if manual is not None:
             manual.finish()
         t3 = now()
-        optimizer.step()
+        optimizer_step()
         t4 = now()
         wait = t3 - t2 if manual is not None else None
         log.add(
@@ -148,6 +150,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     extra["backend"] = ctx.backend
     if manual is not None:
         extra["groups"] = len(manual.groups)
+    if setup.replay is not None:
+        extra.update(setup.replay.record())
     if config.get("return_params"):
         extra["params"] = [p.detach().flatten().tolist() for p in module.parameters()]
     return log.record(ctx.rank, config["warmup"], extra)

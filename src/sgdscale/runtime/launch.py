@@ -143,13 +143,15 @@ def _kill_all(procs: Sequence[subprocess.Popen]) -> None:
 
 
 def read_progress(run_dir: Path, world_size: int) -> list[int]:
-    """Iterations each rank reported as done so far (0 where none yet)."""
+    """Iterations each rank reported as done so far (0 where none yet): each rank's 8-byte
+    native-order counter (runtime/rank.py, ProgressCounter)."""
     done = []
     for rank in range(world_size):
         try:
-            done.append(int((run_dir / f"progress-{rank}").read_text().strip() or 0))
-        except (OSError, ValueError):
-            done.append(0)
+            data = (run_dir / f"progress-{rank}").read_bytes()
+        except OSError:
+            data = b""
+        done.append(int.from_bytes(data, sys.byteorder, signed=True) if len(data) == 8 else 0)
     return done
 
 

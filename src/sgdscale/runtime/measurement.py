@@ -56,6 +56,9 @@ class RunConfig(_Strict):
     bandwidth_bps: float | None = Field(default=None, gt=0)
     cpu_quota: float | None = Field(default=None, gt=0)
     threads: int = Field(ge=1)
+    workload: Literal["real", "replay"] = Field(
+        default="real", description="replay: a module built from a profile (runtime/replay.py)")
+    replay_compute: Literal["sleep", "spin"] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

@@ -130,15 +130,21 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     wait_pull(list(pulls))
     for work in pushes:
         work.wait()
-    record = log.record(ctx.rank, config["warmup"])
+    extra: dict[str, Any] = {}
     if config.get("return_params"):
-        record["extra"] = {"params": [p.detach().flatten().tolist() for p in params]}
+        extra["params"] = [p.detach().flatten().tolist() for p in params]
+    if setup.replay is not None:
+        extra.update(setup.replay.record())
+    record = log.record(ctx.rank, config["warmup"], extra or None)
     return record
 
 
 def gradient_ready_order(setup: Setup) -> list[int]:
     """Parameter indices in the order backward makes their gradients ready (one local step on a
-    2-sample batch; mostly reverse order, but e.g. a BatchNorm's bias comes before its weight)."""
+    2-sample batch; mostly reverse order, but e.g. a BatchNorm's bias comes before its weight).
+    A replay knows it from the profile (and one local step would cost a whole profiled step)."""
+    if setup.replay is not None:
+        return list(setup.replay.module.ready_order)
     module = setup.workload.module
     params = list(module.parameters())
     order: list[int] = []

@@ -59,14 +59,43 @@ class TrainConfig:
     cpu_quota: float | None = None  # likewise
     fault: dict[str, Any] | None = None  # test hook, see worker.maybe_fault
     return_params: bool = False  # PS workers return their final parameters (numerics tests)
+    replay: dict[str, Any] | None = None  # a profile's JSON: run its replay module (runtime/replay.py)
+    replay_compute: str | None = None  # replay only: "sleep" (default) or "spin"
 
     @property
     def world_size(self) -> int:
         return self.workers + (self.ps_count if self.strategy != "allreduce" else 0)
 
 
+def replay_config(profile: str, compute: str = "sleep", **options: Any) -> TrainConfig:
+    """A TrainConfig that replays `profile` (a profile file or built-in profile name): the model is
+    named after it and the batch is the profiled one. UserError if there is no such profile."""
+    from pathlib import Path
+
+    from sgdscale.profile import load_profile
+
+    try:
+        loaded = load_profile(profile)
+    except UserError as error:
+        raise UserError(f"--replay takes a profile: {error} (or make one with `sgdscale profile MODEL -o FILE`)") from None
+    name = profile if not Path(profile).is_file() else Path(profile).stem
+    return TrainConfig(model=name, batch_size=loaded.batch_size, replay=loaded.to_json(), replay_compute=compute,
+                       **options)
+
+
 def validate(config: TrainConfig) -> TrainConfig:
     """Check the options and fill defaults; UserError with the fix otherwise."""
+    from sgdscale.runtime.replay import COMPUTE_MODES
+
+    if config.replay is not None:
+        config.replay_compute = config.replay_compute or "sleep"
+        if config.replay_compute not in COMPUTE_MODES:
+            raise UserError(f"unknown replay compute '{config.replay_compute}'; use one of: {', '.join(COMPUTE_MODES)}")
+        if config.image_size or config.seq_len or config.model_options:
+            raise UserError("a replay runs the profile as measured: drop --image-size/--seq-len/--option "
+                            "(profile the model with them instead)")
+    elif config.replay_compute is not None:
+        raise UserError("--replay-compute applies to replay runs only: add --replay")
     if config.strategy not in STRATEGIES:
         raise UserError(f"unknown strategy '{config.strategy}'; use one of: {', '.join(STRATEGIES)}")
     if config.workers < 1:
@@ -106,6 +135,10 @@ def validate(config: TrainConfig) -> TrainConfig:
 
 def count_tensors(config: TrainConfig) -> int:
     """Build the model here once: checks the model name/options early and counts its tensors."""
+    if config.replay is not None:
+        from sgdscale.profile import profile_from_json
+
+        return len(profile_from_json(config.replay, "replay profile").tensors)
     from sgdscale.profiling.zoo import build_workload
 
     workload = build_workload(config.model, image_size=config.image_size, seq_len=config.seq_len,
@@ -176,6 +209,10 @@ def train_rank(ctx) -> dict[str, Any]:
         record = ps.run_worker(ctx, setup)
     else:
         record = ps.run_server(ctx, setup)
+    if is_worker:  # peak memory of this worker process (replay's claim: parameters + gradients only)
+        import resource
+
+        record.setdefault("extra", {})["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     gathered: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
     dist.gather_object(record, gathered, dst=0)
     if ctx.rank != 0:
@@ -196,6 +233,7 @@ def assemble(config: dict[str, Any], records: list[dict[str, Any]]) -> Measureme
         image_size=config.get("image_size"), seq_len=config.get("seq_len"),
         model_options=config.get("model_options") or {}, lr=config["lr"],
         bandwidth_bps=config.get("bandwidth_bps"), cpu_quota=config.get("cpu_quota"), threads=config["threads"],
+        workload="replay" if config.get("replay") else "real", replay_compute=config.get("replay_compute"),
     )
     if run.strategy == "allreduce" and run.grouping == "buckets" and run.bucket_mb is None:
         run = run.model_copy(update={"bucket_mb": 25.0})

@@ -17,6 +17,7 @@ from sgdscale.profiling.zoo import Workload, build_workload
 class Setup:
     workload: Workload
     batches: list[tuple[torch.Tensor, torch.Tensor]]
+    replay: Any = None  # runtime.replay.Replay for a replay run (the optimizer time to spend)
 
     def batch(self, iteration: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.batches[iteration % len(self.batches)]
@@ -25,7 +26,15 @@ class Setup:
 def build(config: dict[str, Any], worker_index: int | None) -> Setup:
     """The model (same seed on every rank, so identical initial weights) and, for a worker, a small
     pool of synthetic batches of its own, generated before timing starts: the run measures the
-    training step, not random-number generation (synthetic data has no loading cost to model)."""
+    training step, not random-number generation (synthetic data has no loading cost to model).
+    A replay run (`config["replay"]` holds a profile) builds the profile's replay module instead."""
+    if config.get("replay"):
+        from sgdscale.runtime.replay import build_replay, replay_batch, replay_loss
+
+        replay = build_replay(config["replay"], config.get("replay_compute", "sleep"),
+                              calibrate=worker_index is not None)
+        workload = Workload(name=config["model"], module=replay.module, make_batch=replay_batch, loss_fn=replay_loss)
+        return Setup(workload=workload, batches=[replay_batch(1)], replay=replay)
     workload = build_workload(
         config["model"], image_size=config.get("image_size"), seq_len=config.get("seq_len"),
         seed=config.get("seed", 0), **config.get("model_options", {}),

@@ -1,0 +1,278 @@
+"""Replay: a module built from a profile, so any profile (a built-in resnet50 or vgg16 as much as
+one measured elsewhere, on a GPU say) runs on the real distributed runtime.
+
+Every profiled layer becomes one module that owns parameters of exactly the profiled sizes
+(float32 zeros; the values do not matter, the bytes on the wire do) and spends exactly its
+profiled forward time; in backward, each parameter's gradient becomes ready at its profiled time
+(`grad_ready_s` where the profile has it, else when its layer's backward ends), in the profiled
+order, so DDP's buckets, the manual groupings and the parameter server see the real ready order.
+Communication is fully real: gloo, real bytes, shaped links.
+
+How the time is spent (`compute`):
+- `sleep` (the default for validation): the worker sleeps out each duration, leaving the CPU to
+  gloo's threads. This isolates the network and coordination model from compute/communication
+  interference, and is deterministic: what the predictor is told is what the worker does.
+- `spin`: the worker burns a calibrated amount of CPU work (chunks of `sum(range(256))`, counted
+  against a rate measured on the node at start-up), so under a CPU quota the time is taken from
+  the node's quota like real compute, and communication that competes for the CPU stretches it.
+  This exposes the interference that `sleep` hides.
+Sleep overshoot (a wake-up some tens of microseconds late: timer slack) is credited to the next
+duration, so it does not accumulate over hundreds of tensors; only within a step, and at most
+`MAX_CREDIT_S` (a wake-up much later than that is the node being preempted, which real compute
+suffers too, and crediting it to a later step would hide a straggler from its peers). The replay's own machinery (a module call and an
+autograd node per layer and tensor, some 20-50 us each) is measured at start-up on a copy with
+1-element tensors and taken off every duration, so a step costs the profiled time, not the
+profiled time plus the replay's overhead. The framework's time (autograd's bookkeeping of the
+real tensors, DDP's hooks and bucket copies, a PS worker's sends) is not taken off: it is real
+cost of the distributed system.
+
+Memory: parameters plus gradients only (no activations: the tensor passed between layers has one
+element); a gradient is allocated inside its node's time budget and handed to autograd without a
+copy. The optimizer is not run: the profiled `optimizer_s` is spent instead (a real SGD update of
+553 MB of vgg16 gradients would add CPU time and memory traffic the profile does not contain).
+Data loading and host-to-device time (`step.data_s`, `step.h2d_s`) are spent at the start of
+forward.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from sgdscale.profile import Profile, profile_from_json
+
+COMPUTE_MODES = ("sleep", "spin")
+SPIN_CHUNK = 256  # sum(range(256)) takes about 2-3 us: fine enough for 0.1 ms layers
+CALIBRATION_S = 0.3  # spans 30 CFS periods of 10 ms, so a CPU quota's duty cycle averages out
+MAX_CREDIT_S = 0.005  # most sleep overshoot credited to the next duration (see the module docstring)
+
+
+def _spin_chunk() -> int:
+    return sum(range(SPIN_CHUNK))
+
+
+def calibrate_spin_rate(duration_s: float = CALIBRATION_S) -> float:
+    """Spin chunks per wall-clock second on this node now (under its CPU quota, if any)."""
+    _spin_chunk()
+    chunks = 0
+    start = time.perf_counter()
+    end = start + duration_s
+    while True:
+        for _ in range(64):
+            _spin_chunk()
+        chunks += 64
+        now = time.perf_counter()
+        if now >= end:
+            return chunks / (now - start)
+
+
+class Spender:
+    """Spends a duration by sleeping or by calibrated CPU work (see the module docstring)."""
+
+    def __init__(self, mode: str, spin_rate: float | None = None) -> None:
+        if mode not in COMPUTE_MODES:
+            raise ValueError(f"unknown replay compute {mode!r}")
+        if mode == "spin" and not spin_rate:
+            raise ValueError("spin needs a calibrated rate")
+        self.mode = mode
+        self.spin_rate = spin_rate
+        self.debt_s = 0.0  # sleep overshoot not yet credited
+        self.overhead_s = 0.0  # the replay's own cost per duration, taken off each (see calibrate_overhead)
+        self.idle = False  # while measuring that overhead: spend nothing
+
+    def spend(self, budget_s: float, started: float) -> None:
+        """Make the time since `started` (a perf_counter value) equal `budget_s` (less the replay's
+        own overhead per duration)."""
+        if self.idle:
+            return
+        budget_s = max(0.0, budget_s - self.overhead_s)
+        if self.mode == "sleep":
+            target = started + budget_s - self.debt_s
+            remaining = target - time.perf_counter()
+            if remaining > 0:
+                time.sleep(remaining)
+            self.debt_s = min(MAX_CREDIT_S, max(0.0, time.perf_counter() - target))
+            return
+        remaining = budget_s - (time.perf_counter() - started)
+        chunks = int(remaining * self.spin_rate)
+        for _ in range(chunks):
+            _spin_chunk()
+
+
+class _Grad(torch.autograd.Function):
+    """Identity on the 1-element activation; its backward makes one parameter's gradient ready
+    after `gap_s` (the time since the previous gradient in the profile)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, param: Tensor, gap_s: float, spender: Spender) -> Tensor:  # type: ignore[override]
+        ctx.param, ctx.gap_s, ctx.spender = param, gap_s, spender
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+        started = time.perf_counter()
+        grad = torch.zeros_like(ctx.param)  # fresh: autograd adopts it as .grad without copying
+        ctx.spender.spend(ctx.gap_s, started)
+        return grad_out, grad, None, None
+
+
+class _Tail(torch.autograd.Function):
+    """Start of the chain: its backward spends the backward time after the last gradient."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, anchor: Tensor, tail_s: float, spender: Spender) -> Tensor:  # type: ignore[override]
+        ctx.tail_s, ctx.spender = tail_s, spender
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+        started = time.perf_counter()
+        ctx.spender.spend(ctx.tail_s, started)
+        return None, torch.zeros(1), None, None
+
+
+class ReplayLayer(nn.Module):
+    """One profiled layer: owns its parameters (p0, p1, ... in profile order) and spends its forward."""
+
+    def __init__(self, numels: list[int], forward_s: float, chain: list[tuple[int, float]], spender: Spender) -> None:
+        super().__init__()
+        self.forward_s = forward_s
+        self.spender = spender
+        self.chain = chain  # (parameter index, gap_s) in forward order = reverse of gradient-ready order
+        for index, numel in enumerate(numels):
+            self.register_parameter(f"p{index}", nn.Parameter(torch.zeros(numel)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        started = time.perf_counter()
+        self.spender.spend(self.forward_s, started)
+        for index, gap_s in self.chain:
+            x = _Grad.apply(x, getattr(self, f"p{index}"), gap_s, self.spender)
+        return x
+
+
+class ReplayModule(nn.Module):
+    """The whole profiled model: `layers.I.pK` is tensor K of profiled layer I."""
+
+    def __init__(self, profile: Profile, spender: Spender) -> None:
+        super().__init__()
+        self.spender = spender
+        self.profile_names: list[str] = []  # profiled tensor name of each parameter, in parameters() order
+        self.ready_order: list[int] = []  # parameters() indices in the order backward makes them ready
+        ready_s = gradient_ready_times(profile)
+        first_index: list[int] = []
+        count = 0
+        for layer in profile.layers:
+            first_index.append(count)
+            count += len(layer.params)
+        chains: list[list[tuple[int, float]]] = [[] for _ in profile.layers]
+        previous = 0.0
+        for layer_index in reversed(range(len(profile.layers))):
+            layer = profile.layers[layer_index]
+            own = sorted(range(len(layer.params)), key=lambda k: (ready_s[first_index[layer_index] + k], -k))
+            for k in own:
+                ready = max(previous, ready_s[first_index[layer_index] + k])
+                chains[layer_index].insert(0, (k, ready - previous))
+                previous = ready
+                self.ready_order.append(first_index[layer_index] + k)
+        self.tail_s = max(0.0, profile.backward_s - previous)
+        self.lead_s = profile.step.data_s + profile.step.h2d_s
+        layers = []
+        for index, layer in enumerate(profile.layers):
+            forward_s = layer.forward_s + (self.lead_s if index == 0 else 0.0)
+            layers.append(ReplayLayer([t.numel for t in layer.params], forward_s, chains[index], spender))
+            self.profile_names += [t.name for t in layer.params]
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.spender.debt_s = 0.0  # a new step: no credit from the last one
+        anchor = torch.zeros(1, requires_grad=True)  # puts the tail node in the graph
+        x = _Tail.apply(x, anchor, self.tail_s, self.spender)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    @property
+    def durations_per_step(self) -> int:
+        """Spends per forward + backward: one per layer, one per tensor, the tail."""
+        return len(self.layers) + len(self.ready_order) + 1
+
+
+def calibrate_overhead(profile: Profile, spender: Spender, passes: int = 7) -> float:
+    """The replay's own cost per duration (seconds): forward + backward of the same layer and
+    tensor structure with 1-element tensors and nothing spent, median pass / durations per pass."""
+    tiny_layers = [layer.model_copy(update={"params": [t.model_copy(update={"numel": 1, "bytes": 4})
+                                                       for t in layer.params]}) for layer in profile.layers]
+    tiny = ReplayModule(profile.model_copy(update={"layers": tiny_layers}), spender)
+    x, _ = replay_batch(1)
+    spender.idle = True
+    times = []
+    try:
+        for _ in range(passes):
+            tiny.zero_grad(set_to_none=True)
+            start = time.perf_counter()
+            tiny(x).sum().backward()
+            times.append(time.perf_counter() - start)
+    finally:
+        spender.idle = False
+    times.sort()
+    return times[len(times) // 2] / tiny.durations_per_step
+
+
+def gradient_ready_times(profile: Profile) -> list[float]:
+    """When each tensor's gradient is ready (seconds after backward starts), forward order:
+    the profiled `grad_ready_s`, or else the end of its layer's backward."""
+    times: list[float] = []
+    after = [0.0] * (len(profile.layers) + 1)  # backward time of the layers from i on
+    for i in reversed(range(len(profile.layers))):
+        after[i] = after[i + 1] + profile.layers[i].backward_s
+    for i, layer in enumerate(profile.layers):
+        times += [t.grad_ready_s if t.grad_ready_s is not None else after[i] for t in layer.params]
+    return times
+
+
+@dataclass
+class Replay:
+    """What a replay worker needs besides the module: the optimizer time to spend."""
+
+    profile: Profile
+    module: ReplayModule
+    spender: Spender
+
+    def optimizer_step(self) -> None:
+        self.spender.spend(self.profile.step.optimizer_s, time.perf_counter())
+
+    @property
+    def spin_rate(self) -> float | None:
+        return self.spender.spin_rate
+
+    def record(self) -> dict[str, float]:
+        """What the worker measured at start-up, for its record's `extra`."""
+        out = {"replay_overhead_per_duration_s": self.spender.overhead_s}
+        if self.spender.spin_rate:
+            out["replay_spin_chunks_per_s"] = self.spender.spin_rate
+        return out
+
+
+def build_replay(profile_json: dict[str, Any], compute: str, calibrate: bool = True) -> Replay:
+    """The replay of a profile (already validated JSON). `calibrate=False` (server shards, which
+    never run the module's compute in the measured loop) skips the spin and overhead calibration."""
+    profile = profile_from_json(profile_json, "replay profile")
+    rate = calibrate_spin_rate() if compute == "spin" and calibrate else None
+    spender = Spender(compute if rate or compute == "sleep" else "sleep", rate)
+    module = ReplayModule(profile, spender)
+    if calibrate:
+        spender.overhead_s = calibrate_overhead(profile, spender)
+    return Replay(profile=profile, module=module, spender=spender)
+
+
+def replay_loss(outputs: Tensor, _targets: Tensor) -> Tensor:
+    return outputs.sum()
+
+
+def replay_batch(_batch_size: int) -> tuple[Tensor, Tensor]:
+    """The 1-element activation every replay layer passes on (and an unused target)."""
+    return torch.zeros(1), torch.zeros(1)

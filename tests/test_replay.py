@@ -1,0 +1,160 @@
+"""Replay (runtime/replay.py): a module built from a profile has exactly the profiled parameters,
+makes gradients ready in the profiled order, spends the profiled time, and runs on the real
+distributed runtime."""
+
+import statistics
+import time
+
+import pytest
+import torch
+
+from sgdscale.errors import UserError
+from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
+from sgdscale.runtime.replay import build_replay, replay_batch
+from sgdscale.runtime.train import replay_config, run_training
+
+
+# A wake-up delay (a few ms here with 5 busy processes per core) makes a gradient late; the next
+# duration is shortened by it (so the step total stays exact), which can make the next one early.
+LATE_S = 0.015
+
+
+def _profile(**changes) -> Profile:
+    """Three layers, 10/12/8 ms forward, 15/20/10 ms backward; the last layer's bias is ready
+    before its weight (as a BatchNorm's is), and the middle layer has no parameters."""
+    layers = [
+        Layer(name="a", forward_s=0.010, backward_s=0.015,
+              params=[ParamTensor(name="a.weight", numel=3000, bytes=12000, grad_ready_s=0.045)]),
+        Layer(name="act", forward_s=0.012, backward_s=0.020),
+        Layer(name="b", forward_s=0.008, backward_s=0.010,
+              params=[ParamTensor(name="b.weight", numel=5000, bytes=20000, grad_ready_s=0.010),
+                      ParamTensor(name="b.bias", numel=50, bytes=200, grad_ready_s=0.004)]),
+    ]
+    base = dict(model="synthetic", batch_size=4, layers=layers, step=StepTimes(data_s=0.002, optimizer_s=0.005))
+    base.update(changes)
+    return Profile(**base)
+
+
+def _grad_order(replay) -> tuple[list[int], list[float]]:
+    module = replay.module
+    x, _ = replay_batch(1)
+    module(x).sum().backward()  # warm-up: the first backward starts autograd's machinery
+    module.zero_grad(set_to_none=True)
+    events: list[tuple[int, float]] = []
+    params = list(module.parameters())
+    handles = [p.register_post_accumulate_grad_hook(lambda _p, i=i: events.append((i, time.perf_counter())))
+               for i, p in enumerate(params)]
+    out = module(x)
+    start = time.perf_counter()
+    out.sum().backward()
+    for handle in handles:
+        handle.remove()
+    return [i for i, _ in events], [t - start for _, t in events]
+
+
+@pytest.mark.parametrize("name", ["resnet50", "gpt2"])
+def test_builtin_replay_has_exactly_the_profiled_parameters(name):
+    profile = load_profile(name)
+    module = build_replay(profile.to_json(), "sleep").module
+    assert [p.numel() for p in module.parameters()] == [t.numel for t in profile.tensors]
+    assert sum(p.numel() * p.element_size() for p in module.parameters()) == profile.gradient_bytes
+    assert module.profile_names == [t.name for t in profile.tensors]
+    # one module per profiled layer, owning exactly that layer's tensors (per-layer grouping, PS pulls)
+    assert [len(list(layer.parameters(recurse=False))) for layer in module.layers] == \
+        [len(layer.params) for layer in profile.layers]
+
+
+def test_gradients_become_ready_in_the_profiled_order_at_the_profiled_times():
+    profile = _profile()
+    replay = build_replay(profile.to_json(), "sleep")
+    order, ready_s = _grad_order(replay)
+    # parameters() order: a.weight (0), b.weight (1), b.bias (2); profiled ready: bias, weight, a.weight
+    assert order == [2, 1, 0] == replay.module.ready_order
+    for got, want in zip(ready_s, [0.004, 0.010, 0.045]):
+        assert want - LATE_S <= got <= want + LATE_S
+
+
+def test_without_grad_ready_times_tensors_are_ready_when_their_layer_backward_ends():
+    layers = [layer.model_copy(update={"params": [t.model_copy(update={"grad_ready_s": None}) for t in layer.params]})
+              for layer in _profile().layers]
+    replay = build_replay(_profile(layers=layers).to_json(), "sleep")
+    order, ready_s = _grad_order(replay)
+    assert order[2] == 0 and set(order[:2]) == {1, 2}  # layer b (both tensors) first, then layer a
+    assert ready_s[0] == pytest.approx(0.010, abs=LATE_S) and ready_s[2] == pytest.approx(0.045, abs=LATE_S)
+
+
+def _local_steps(profile: Profile, compute: str, steps: int = 8) -> tuple[list[float], float]:
+    """Step times (forward + backward + optimizer) after 2 warm-up steps, and the CPU share."""
+    replay = build_replay(profile.to_json(), compute)
+    module = replay.module
+    x, _ = replay_batch(1)
+    wall, cpu = [], []
+    for _ in range(steps + 2):
+        for p in module.parameters():
+            p.grad = None
+        start, start_cpu = time.perf_counter(), time.process_time()
+        module(x).sum().backward()
+        replay.optimizer_step()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    return wall[2:], sum(cpu[2:]) / sum(wall[2:])
+
+
+def test_a_local_replay_step_takes_the_profiled_time():
+    """One worker, no communication, the cnn profile (37.7 ms step). Sleep: never early, and the
+    fastest step within 10% on a quiet machine (+2-5% measured) but within 25% here, because with
+    5 busy processes per core every wake-up waits for a CPU (+16% seen); the CPU stays nearly idle.
+    Spin burns the CPU: a larger share of its wall time is CPU time than sleep's. Its wall time
+    follows the machine's load against its start-up calibration (-18% to +84% in
+    benchmarks/results/replay_fidelity.txt, +80% seen in this test under load), so no bound on it
+    is asserted here: that is measured, not tested."""
+    profile = load_profile("cnn")
+    sleep_steps, sleep_cpu = _local_steps(profile, "sleep")
+    assert 0.97 * profile.compute_s <= min(sleep_steps) <= 1.25 * profile.compute_s
+    assert sleep_cpu < 0.3
+    _, spin_cpu = _local_steps(profile, "spin")
+    assert spin_cpu > sleep_cpu  # 0.34 vs 0.19 of the wall time here with 5 busy processes per core
+
+
+@pytest.mark.dist
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("strategy, extra", [("allreduce", {}), ("allreduce", {"grouping": "per-layer"}),
+                                             ("ps-sync", {"ps_count": 1}), ("ps-async", {"ps_count": 2})])
+def test_replay_runs_on_the_distributed_runtime(tmp_path, strategy, extra):
+    path = tmp_path / "synthetic.json"
+    path.write_text(__import__("json").dumps(_profile().to_json()))
+    config = replay_config(str(path), workers=2, strategy=strategy, iterations=6, warmup=3, **extra)
+    m = run_training(config, timeout_s=150)
+    assert m.config.workload == "replay" and m.config.replay_compute == "sleep"
+    assert m.config.model == "synthetic" and m.config.batch_size == 4
+    profile = _profile()
+    step = statistics.median(t for w in m.workers for t in w.iteration_s)
+    if strategy == "allreduce":
+        # DDP's buckets carry exactly the profiled gradient bytes
+        if extra.get("grouping", "buckets") == "buckets":
+            assert sum(m.workers[0].extra["ddp_bucket_bytes"]) == profile.gradient_bytes
+        # tiny tensors on loopback: the step is the profiled compute plus framework time
+        assert profile.compute_s * 0.97 <= step <= profile.compute_s * 1.5
+    else:
+        assert sum(s.bytes for s in m.servers) == profile.gradient_bytes
+        # the PS worker runs no optimizer (the shards update), so no optimizer time is spent
+        assert step >= (profile.compute_s - profile.step.optimizer_s) * 0.97
+
+
+def test_replay_of_something_that_is_not_a_profile_is_a_user_error():
+    with pytest.raises(UserError, match="--replay takes a profile: no profile file or built-in profile named"):
+        replay_config("not-a-profile")
+    with pytest.raises(UserError, match="does not exist"):
+        replay_config("missing/profile.json")
+
+
+def test_cli_replay_bad_input_exits_2(capsys):
+    from sgdscale.cli import main
+
+    for args, message in ((["train", "gpt2", "--replay", "--batch-size", "4"], "profiled batch"),
+                          (["train", "mlp", "--replay-compute", "spin"], "add --replay"),
+                          (["train", "gpt2", "--replay", "--replay-compute", "burn"], "unknown replay compute"),
+                          (["train", "nosuch", "--replay"], "--replay takes a profile")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
