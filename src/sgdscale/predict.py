@@ -137,6 +137,9 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "p2p_alpha_s": comm.p2p.alpha_s,
             "p2p_beta_s_per_byte": comm.p2p.beta_s_per_byte,
             "measured_allreduce_workers": sorted(comm.measured_allreduce),
+            "interference": (None if getattr(comm, "interference", None) is None else
+                             {"compute_slowdown": comm.interference.compute_slowdown,
+                              "comm_slowdown": comm.interference.comm_slowdown}),
         },
         "worker_counts": list(worker_counts),
         "methods": list(methods),

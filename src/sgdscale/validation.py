@@ -33,6 +33,7 @@ each run records the CPU its nodes really received and the machine's other load.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -227,7 +228,9 @@ class Validator:
             return path
         counts = self.bench_counts()
         self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes")
-        config = bench_config(message_sizes(1e3, 16e6, 9), repeats=5, warmup=1, ops=["p2p", "allreduce"])
+        # overlap: how compute and a collective slow each other on these nodes (comm/interference.py)
+        config = bench_config(message_sizes(1e3, 16e6, 9), repeats=5, warmup=1,
+                              ops=["p2p", "allreduce", "overlap"])
         with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores,
                      pin_cpus=self.grid.pin_cpus) as testbed:
             network = run_netbench(counts, config, placement=testbed, bandwidth_hint_bps=bandwidth_bps,
@@ -252,6 +255,8 @@ class Validator:
         profile = load_profile(self.ensure_profile(case.spec, round_index))
         network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
+        if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
+            comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         strategy = Strategy(kind=case.strategy)
         variability = case.spec.kind != "replay"  # a replay spends the profiled means

@@ -22,6 +22,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.interference import interference_of, overlap_end_s
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
@@ -34,16 +35,23 @@ def _pct(part: float, whole: float) -> str:
 
 
 def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
-                        pre_max) -> float:
+                        pre_max, interference=None) -> float:
     """The two-term WFBP heuristic (see `heuristics`) with each term's E[max] over workers.
 
     Communication ends at max(E[max_w head_1,w] + C, E[max_w head_G,w] + c_G), where head_g,w is
     worker w's time from step start until group g is ready; exposed = that end - E[max_w pre_w].
     A straggler's delay before the first group is ready is then counted once, not once in compute
-    and again in communication. Without variability this is exactly `backward_exposed_s`.
+    and again in communication. Without variability this is exactly `backward_exposed_s`. With an
+    active `interference` each term is a two-body overlap (`comm.interference.overlap_end_s`) and the
+    result also holds what the slowed backward adds.
     """
     if not groups:
         return 0.0
+    if interference is not None:
+        # compute and communication slow each other while they overlap (comm.interference)
+        first_head = head_max(profile, cluster, variability, groups[0]).mean
+        last_head = head_max(profile, cluster, variability, groups[-1]).mean
+        return overlap_end_s(first_head, last_head, pre_max.mean, comm_s, interference) - pre_max.mean
     first = head_max(profile, cluster, variability, groups[0]).mean + float(sum(comm_s))
     last = head_max(profile, cluster, variability, groups[-1]).mean + comm_s[-1]
     return max(0.0, first - pre_max.mean, last - pre_max.mean)
@@ -72,7 +80,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     levels = {LEVEL_INTRA: float(per_level.intra_s.sum()), LEVEL_NIC: float(per_level.nic_s.sum())}
     total_comm = float(sum(comm_s))
     if heuristics:
-        exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max)
+        exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max,
+                                      interference_of(comm) if n > 1 else None)
     else:
         exposed = total_comm
     optimizer = slow * optimizer_mean_s(profile, variability)

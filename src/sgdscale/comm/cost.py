@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sgdscale.comm.interference import Interference
 from sgdscale.comm.network import AlphaBeta, Network
 
 ALGORITHMS = ("ring", "tree", "halving-doubling")
@@ -28,7 +29,8 @@ class CommModel:
     per message size. `measured_curves` keeps the measured medians themselves, (sizes, times) per
     worker count: inside the measured range a collective's time is interpolated between them
     (a line through 1 kB..16 MB misses gloo's size-dependent algorithms by up to 60%), beyond it
-    the fitted slope extends the last point.
+    the fitted slope extends the last point. `interference`: how compute and collectives slow each
+    other where they overlap (sgdscale.comm.interference; None = not at all).
     """
 
     p2p: AlphaBeta
@@ -37,6 +39,7 @@ class CommModel:
     measured_allreduce: dict[int, AlphaBeta] = field(default_factory=dict)
     measured_curves: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
     network: Network | None = field(default=None, compare=False)  # the file it came from, if any
+    interference: Interference | None = None
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -52,7 +55,8 @@ class CommModel:
                             if p.op == "allreduce" and p.workers == workers)
             if len(points) >= 2:
                 curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
-        return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network)
+        return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
+                   Interference.from_network(network))
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

@@ -39,6 +39,38 @@ class BenchPoint(BaseModel):
     bytes: int = Field(ge=0)
     samples_s: list[float] = Field(min_length=1)
     median_s: float = Field(ge=0)
+    cpu_s: list[float] | None = None  # CPU time (user + system) of the busiest measured rank per repeat
+
+
+class InterferenceFit(BaseModel):
+    """How much compute and a collective slow each other when they overlap on one node (`--ops overlap`).
+
+    `compute_slowdown` = time of a fixed compute loop while an all-reduce of `bytes` runs / alone;
+    `comm_slowdown` = that all-reduce's time while the compute loop runs / alone (ratios of medians,
+    floored at 1: a ratio below 1 is noise). The raw per-repeat samples stay for the record.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    compute_slowdown: float = Field(ge=1)
+    comm_slowdown: float = Field(ge=1)
+    workers: int = Field(ge=2)
+    bytes: int = Field(gt=0)
+    compute_alone_s: list[float] = Field(default_factory=list)
+    compute_overlap_s: list[float] = Field(default_factory=list)
+    comm_alone_s: list[float] = Field(default_factory=list)
+    comm_overlap_s: list[float] = Field(default_factory=list)
+
+
+class CpuCost(BaseModel):
+    """CPU seconds a node spends per byte of transport, fitted (slope over the large messages) from the
+    ranks' CPU time during the benchmark: `allreduce_s_per_byte` per byte a node sends in an all-reduce
+    (2(N-1)/N * M for M bytes; receiving and reducing that byte included), `p2p_s_per_byte` per byte
+    sent or received point to point. `cores`: the node's CPU budget while measured (None: unshaped)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    allreduce_s_per_byte: float | None = Field(default=None, gt=0)
+    p2p_s_per_byte: float | None = Field(default=None, gt=0)
+    cores: float | None = Field(default=None, gt=0)
 
 
 class Network(BaseModel):
@@ -48,7 +80,9 @@ class Network(BaseModel):
     style) to the fitted whole-collective time alpha + beta*M of the implementation measured
     (e.g. gloo), which the predictor uses as is for that worker count. `incast` maps a number of
     concurrent senders to the fit of the time for one node to receive M bytes in total from them:
-    the ingress a parameter server really gets when N workers push at once.
+    the ingress a parameter server really gets when N workers push at once. `interference` and
+    `cpu` (optional; files without them load as before) hold the compute/communication
+    interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -59,6 +93,8 @@ class Network(BaseModel):
     incast: dict[str, AlphaBeta] = Field(default_factory=dict)
     points: list[BenchPoint] = Field(default_factory=list)
     environment: dict[str, Any] = Field(default_factory=dict)
+    interference: InterferenceFit | None = None
+    cpu: CpuCost | None = None
 
     def allreduce_fit(self, workers: int) -> AlphaBeta | None:
         return self.allreduce.get(str(workers))

@@ -107,6 +107,11 @@ def _spec_overrides(spec, workers: str | None, gpus: int, scales: tuple[float, .
 @click.option("--no-variability", is_flag=True, help="Use mean layer times (deterministic).")
 @click.option("--network", "network_file", default=None, metavar="FILE",
               help="Measured network (sgdscale.network/1 from `sgdscale netbench`) instead of --bandwidth/--latency.")
+@click.option("--cpu-per-node", type=float, default=None, metavar="CORES",
+              help="CPU budget of a node (e.g. 0.45): links run at most at CORES / CPU cost per byte. "
+                   "[default: the quota the network file was measured at]")
+@click.option("--no-interference", is_flag=True,
+              help="Leave out the measured compute/communication interference of the network file.")
 @click.option("--compute-scale", default=None, metavar="F,F,...",
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
@@ -121,7 +126,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
                     bandwidth: str | None, latency: str | None,
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
                     algorithm: str, allreduce_scheme: str, ps_placement: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
-                    network_file: str | None, compute_scale: str | None, slow_links: tuple[str, ...],
+                    network_file: str | None, cpu_per_node: float | None, no_interference: bool,
+                    compute_scale: str | None, slow_links: tuple[str, ...],
                     json_path: str | None, plot_path: str | None, trace_path: str | None,
                     **calibration: str | int | None) -> None:
     """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
@@ -138,6 +144,7 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
       sgdscale predict resnet50 --cluster dgx-a100 --nodes 4 --allreduce auto
       sgdscale predict resnet50 --device-throughput 2470/s --batch-size 256 --cluster dgx-a100 --nodes 1-4:x2
       sgdscale predict resnet50 --target-device A100 --precision bf16 --workers 8
+      sgdscale predict cnn --network net.json --cpu-per-node 0.45 --workers 2,4   (CPU-bound links)
     """
     from rich.console import Console
 
@@ -180,6 +187,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     counts = _worker_counts(workers, scales, links)
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
+    if cpu_per_node is not None and not cpu_per_node > 0:
+        raise UserError(f"--cpu-per-node must be positive, got {cpu_per_node:g} (e.g. --cpu-per-node 0.45)")
+    network = None
     nic_bps = spec.nic.bandwidth_bps if spec else 10e9
     nic_latency_s = spec.nic.latency_s if spec else 20e-6
     if network_file:
@@ -193,6 +203,11 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else nic_bps
         latency_s = parse_time_s(latency, "latency") if latency else nic_latency_s
         comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
+    from sgdscale.comm.interference import node_model
+
+    link_bps = (network.environment or {}).get("bandwidth_bps") if network is not None else None
+    comm, notes = node_model(comm, network=network, link_bps=float(link_bps or bandwidth_bps),
+                             cpu_cores=cpu_per_node, interference=not no_interference)
     if ps_bandwidth:
         ps_bps = parse_bandwidth_bps(ps_bandwidth)
     else:
@@ -221,6 +236,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
     for line in bottleneck_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)
+    for note in notes:
+        console.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_path:
         from sgdscale.jsonio import write_json_atomic
 

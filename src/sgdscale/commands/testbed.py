@@ -144,6 +144,21 @@ def fits_table(network) -> Table:
     for op, workers, fit in rows:
         table.add_row(op, workers, format_seconds(fit.alpha_s), f"{fit.beta_s_per_byte * 1e9:.4g} ns/B",
                       format_bandwidth(8 / fit.beta_s_per_byte))
+    itf, cpu = network.interference, network.cpu
+    notes = []
+    if itf is not None:
+        notes.append(f"interference ({itf.workers} workers, {format_bytes(itf.bytes)} all-reduce): compute "
+                     f"{itf.compute_slowdown:.2f}x slower while it runs, the all-reduce {itf.comm_slowdown:.2f}x "
+                     f"slower while compute runs")
+    if cpu is not None:
+        for what, value in (("all-reduce, per byte sent", cpu.allreduce_s_per_byte),
+                            ("point to point, per byte", cpu.p2p_s_per_byte)):
+            if value:
+                budget = f" -> CPU-bound rate {format_bandwidth(8 * cpu.cores / value)} at {cpu.cores:g} cores" \
+                    if cpu.cores else ""
+                notes.append(f"CPU cost of transport ({what}): {value * 1e9:.3g} ns/B{budget}")
+    if notes:
+        table.caption = "\n".join(notes)
     return table
 
 
@@ -156,7 +171,10 @@ def fits_table(network) -> Table:
 @click.option("--points", default=8, show_default=True, help="Log-spaced message sizes from min to max.")
 @click.option("--repeats", default=5, show_default=True, help="Timed repeats per size (median is fitted).")
 @click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
-@click.option("--ops", default="p2p,allreduce", show_default=True, help="Which operations: p2p, allreduce, incast (N-1 senders into one node).")
+@click.option("--ops", default="p2p,allreduce", show_default=True,
+              help="Which operations: p2p, allreduce, incast (N-1 senders into one node), overlap (compute/"
+                   "communication interference, with the most workers).")
+@click.option("--overlap-size", default=None, help="All-reduce size for --ops overlap. [default: --max-size]")
 @click.option("--emulate", is_flag=True, help="Run each rank on its own node of an emulated cluster.")
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
 @click.option("--cpu-quota", default=None,
@@ -165,8 +183,8 @@ def fits_table(network) -> Table:
               help="Only write the rank config for a real cluster (torchrun) and exit.")
 @click.option("--collect", type=click.Path(file_okay=False),
               help="Fit the result-*.json files torchrun ranks wrote to this directory.")
-def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, emulate, bandwidth, cpu_quota,
-             write_config, collect) -> None:
+def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, overlap_size, emulate, bandwidth,
+             cpu_quota, write_config, collect) -> None:
     """Measure point-to-point and all-reduce time against message size (gloo), fit alpha-beta,
     and write a network file for `sgdscale predict --network FILE`.
 
@@ -175,6 +193,8 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
       sgdscale netbench -o local.json
     On an emulated cluster, 4 nodes at 200 Mbit/s with 0.45 cores each (root):
       sgdscale netbench --emulate --workers 2,4 --bandwidth 200Mbit --cpu-quota 0.45 -o emu.json
+    With compute/communication interference and the CPU cost per byte (docs/interference.md):
+      sgdscale netbench --emulate --workers 2 --bandwidth 1Gbit --cpu-quota 0.45 --ops p2p,allreduce,overlap -o emu.json
     On a real cluster with torchrun (see sgdscale/runtime/netbench.py):
       sgdscale netbench --write-config nb.json --workers 4
       torchrun --nnodes 4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
@@ -196,6 +216,9 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
     sizes = nb.message_sizes(parse_size_bytes(min_size, "--min-size"), parse_size_bytes(max_size, "--max-size"),
                              points)
     config = nb.bench_config(sizes, repeats, warmup, [op.strip() for op in ops.split(",") if op.strip()])
+    if overlap_size is not None:
+        config["overlap_bytes"] = max(nb.ELEMENT_BYTES, round(parse_size_bytes(overlap_size, "--overlap-size")
+                                                              / nb.ELEMENT_BYTES) * nb.ELEMENT_BYTES)
     if write_config:
         write_json_atomic(write_config, config)
         console.print(f"wrote rank config {write_config} ({len(sizes)} sizes, {format_bytes(sizes[0])} to "

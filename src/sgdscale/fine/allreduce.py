@@ -29,6 +29,11 @@ Heterogeneity: per-worker speed factors and per-iteration variability come from
 `ComputeSampler`. Collective costs come from the topology (`sgdscale.comm.topology`): per level
 (intra-node link, NIC) and scheme; a slow NIC paces the whole collective (lock step).
 
+Interference (comm.interference): with a model whose slowdowns are not 1, the collectives that overlap
+backward slow it and are slowed by it; `stream_with_interference` turns the no-interference ready
+times into the real starts, ends and backward ends (exact for that model, docs/interference.md).
+Without one this module computes exactly what it did before.
+
 Breakdown, per worker and step on average: compute = data + copy + forward + backward +
 optimizer; exposed communication = the part of the collectives still running after the slowest
 worker finished backward (nobody could have hidden it); wait = the rest of the step, i.e. time
@@ -42,6 +47,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.interference import interference_of, stream_with_interference
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, group_gradients
@@ -70,6 +76,7 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     topology = Topology.of(cluster, comm, strategy)
     groups = group_gradients(profile, strategy, topology, workers)
     costs, levels = collective_times_s(groups, topology)
+    interference = interference_of(comm) if workers > 1 else None
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     tables = _RowTables(sampler, groups)
     n_groups = len(groups)
@@ -119,8 +126,14 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
                 ready = (offsets + backward_start[:, None]).max(axis=0)
             else:
                 ready = offsets[0] + backward_start[0]
-            comm_start = prefix + np.maximum.accumulate(ready - prefix)
-            comm_end = float(comm_start[-1] + costs[-1])
+            if interference is None:
+                comm_start = prefix + np.maximum.accumulate(ready - prefix)
+                comm_end = float(comm_start[-1] + costs[-1])
+            else:
+                comm_start, comm_ends, backward_end = stream_with_interference(ready, costs, backward_end,
+                                                                               interference)
+                bwd = backward_end - backward_start
+                comm_end = float(comm_ends[-1])
             step_end = np.maximum(backward_end, comm_end) + opt
         else:
             comm_start, comm_end = np.zeros(0), float("-inf")
@@ -132,8 +145,9 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
             compute[i] = float(np.mean(pre + fwd + bwd + opt))
             exposed[i] = max(comm_end - float(backward_end.max()), 0.0)
             if events is not None and i < TIMELINE_ITERATIONS:
-                _record(events, profile, sampler, groups, costs, rows, trace_workers, identical, start,
-                        backward_end, comm_start, comm_end, step_end, k)
+                durations = costs if interference is None else comm_ends - comm_start
+                _record(events, profile, sampler, groups, durations, rows, trace_workers, identical, start,
+                        backward_end, comm_start, comm_end, step_end, k, stretch_backward=interference is not None)
         previous_end = cluster_end
         start = step_end
 
@@ -205,8 +219,11 @@ def _trace_workers(sampler: ComputeSampler, identical: bool) -> list[int]:
 def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler, groups: list[GradGroup],
             costs: np.ndarray, rows: np.ndarray, trace_workers: list[int], identical: bool, start: np.ndarray,
             backward_end: np.ndarray, comm_start: np.ndarray, comm_end: float, step_end: np.ndarray,
-            iteration: int) -> None:
-    """Append one iteration of a few workers and the communication stream (capped)."""
+            iteration: int, stretch_backward: bool = False) -> None:
+    """Append one iteration of a few workers and the communication stream (capped).
+
+    `stretch_backward`: backward ran slower under interference; its layers are drawn stretched evenly
+    to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer)."""
     if len(events) >= TIMELINE_MAX_EVENTS:
         return
     step = profile.step
@@ -225,8 +242,12 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
         for index, duration in enumerate(sampler.forward_table_s[row] * scale):
             events.append(TraceEvent(f"forward {names[index]}", t, float(duration), process, "compute", args))
             t += float(duration)
+        stretch = 1.0
+        alone_s = float(sampler.backward_table_s[row].sum() * scale)
+        if stretch_backward and alone_s > 0:
+            stretch = (float(backward_end[col]) - t) / alone_s
         for index in range(len(names) - 1, -1, -1):
-            duration = float(sampler.backward_table_s[row, index] * scale)
+            duration = float(sampler.backward_table_s[row, index] * scale) * stretch
             events.append(TraceEvent(f"backward {names[index]}", t, duration, process, "compute", args))
             t += duration
         opt_s = float(sampler.optimizer_table_s[row] * scale)

@@ -8,6 +8,13 @@ What is measured (gloo, CPU tensors, float32 payloads):
 - incast: ranks 1..N-1 each send M bytes to rank 0 at once (what parameter-server pushes do to a
   server); one sample is rank 0's time from the barrier until it has all (N-1)*M bytes. Many TCP
   flows converging on one shaped link reach less than one flow does, and this measures how much.
+- overlap: compute/communication interference. Every rank runs a fixed compute loop (convolution
+  and matrix products, like backward) alone, then while an all-reduce of the largest size is in
+  flight; and the all-reduce alone, then while the compute loop runs in a second thread. One
+  sample each per repeat; `InterferenceFit` keeps the ratios of the medians
+  (docs/interference.md).
+Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
+gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
 `sgdscale.comm.network.fit_alpha_beta`) uses the median per size. The result is a
 `sgdscale.network/1` file (`sgdscale.comm.network.Network`).
@@ -36,11 +43,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sgdscale.comm.network import AlphaBeta, BenchPoint, Network, fit_alpha_beta
+from sgdscale.comm.network import AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, fit_alpha_beta
 from sgdscale.errors import UserError
 
 BENCH_TARGET = "sgdscale.runtime.netbench:bench_rank"
-OPS = ("p2p", "allreduce", "incast")
+OPS = ("p2p", "allreduce", "incast", "overlap")
+POINT_OPS = ("p2p", "allreduce", "incast")
+OVERLAP_UNITS = 8  # compute-loop units per "alone" sample
 ELEMENT_BYTES = 4  # float32
 
 
@@ -66,13 +75,90 @@ def bench_config(sizes: Sequence[int], repeats: int, warmup: int, ops: Sequence[
         raise UserError(f"--warmup must not be negative, got {warmup}")
     unknown = [op for op in ops if op not in OPS]
     if unknown or not ops:
-        raise UserError(f"unknown benchmark op(s) {', '.join(unknown) or '(none)'}; use p2p, allreduce, incast")
+        raise UserError(f"unknown benchmark op(s) {', '.join(unknown) or '(none)'}; use p2p, allreduce, incast, overlap")
     return {"sizes": [int(s) for s in sizes], "repeats": int(repeats), "warmup": int(warmup), "ops": list(ops)}
 
 
 def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
-    ops = [op for op in config["ops"] if op == "allreduce" or world_size >= 2]
-    return len(ops) * len(config["sizes"]) * (config["repeats"] + config["warmup"])
+    ops = [op for op in config["ops"] if op in POINT_OPS and (op == "allreduce" or world_size >= 2)]
+    steps = len(ops) * len(config["sizes"]) * (config["repeats"] + config["warmup"])
+    if "overlap" in config["ops"]:
+        steps += config["repeats"] + config["warmup"]
+    return steps
+
+
+def _cpu_s() -> float:
+    """CPU seconds (user + system) of this process so far, all threads (gloo's included)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _compute_unit():
+    """One unit of the compute loop: a convolution and a matrix product (~5-10 ms on one core),
+    the kind of work backward does; returns a callable."""
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    image = torch.randn(8, 32, 32, 32, generator=generator)
+    kernel = torch.randn(32, 32, 3, 3, generator=generator)
+    a = torch.randn(384, 384, generator=generator)
+
+    def unit() -> None:
+        with torch.no_grad():
+            F.conv2d(image, kernel, padding=1)
+            torch.mm(a, a)
+
+    return unit
+
+
+def _overlap_repeat(dist, tensor, unit) -> dict[str, float]:
+    """One repeat of the interference measurement on this rank (module docstring, op `overlap`)."""
+    import threading
+
+    began = time.perf_counter()
+    for _ in range(OVERLAP_UNITS):
+        unit()
+    compute_alone = (time.perf_counter() - began) / OVERLAP_UNITS
+
+    dist.barrier()
+    began = time.perf_counter()
+    dist.all_reduce(tensor)
+    comm_alone = time.perf_counter() - began
+
+    # compute while the all-reduce is in flight: per-unit time over the units that finished before it did
+    dist.barrier()
+    work = dist.all_reduce(tensor, async_op=True)
+    began = time.perf_counter()
+    units, last_end = 0, began
+    while not work.is_completed():
+        unit()
+        if work.is_completed():
+            break
+        units, last_end = units + 1, time.perf_counter()
+    work.wait()
+    compute_overlap = (last_end - began) / units if units else math.nan
+
+    # the all-reduce while the compute loop runs in another thread (torch releases the GIL)
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            unit()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    unit()  # let the loop get going
+    dist.barrier()
+    began = time.perf_counter()
+    dist.all_reduce(tensor)
+    comm_overlap = time.perf_counter() - began
+    stop.set()
+    thread.join()
+    return {"compute_alone_s": compute_alone, "compute_overlap_s": compute_overlap,
+            "comm_alone_s": comm_alone, "comm_overlap_s": comm_overlap}
 
 
 def bench_rank(ctx) -> dict[str, Any]:
@@ -84,16 +170,33 @@ def bench_rank(ctx) -> dict[str, Any]:
     rank, world = ctx.rank, ctx.world_size
     repeats, warmup = config["repeats"], config["warmup"]
     samples: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[float]]] = {}
+    overlap: dict[str, list[float]] = {}
     done = 0
+    if "overlap" in config["ops"]:
+        overlap_bytes = int(config.get("overlap_bytes") or max(config["sizes"]))
+        tensor = torch.zeros(overlap_bytes // ELEMENT_BYTES, dtype=torch.float32)
+        unit = _compute_unit()
+        for repeat in range(warmup + repeats):
+            sample = _overlap_repeat(dist, tensor, unit)
+            if repeat >= warmup:
+                for key, value in sample.items():
+                    overlap.setdefault(key, []).append(value)
+            done += 1
+            ctx.report_progress(done)
+        overlap["bytes"] = [overlap_bytes]
     for op in config["ops"]:
-        if op != "allreduce" and world < 2:
+        if op not in POINT_OPS or (op != "allreduce" and world < 2):
             continue
         samples[op] = {}
+        cpu[op] = {}
         for nbytes in config["sizes"]:
             tensor = torch.zeros(nbytes // ELEMENT_BYTES, dtype=torch.float32)
             kept: list[float] = []
+            kept_cpu: list[float] = []
             for repeat in range(warmup + repeats):
                 dist.barrier()
+                cpu_start = _cpu_s()
                 start = time.perf_counter()
                 if op == "allreduce":
                     dist.all_reduce(tensor)
@@ -119,11 +222,13 @@ def bench_rank(ctx) -> dict[str, Any]:
                     elapsed = math.nan
                 if repeat >= warmup:
                     kept.append(elapsed)
+                    kept_cpu.append(_cpu_s() - cpu_start)
                 done += 1
                 ctx.report_progress(done)
             samples[op][str(nbytes)] = kept
-    return {"rank": rank, "world_size": world, "samples": samples, "torch": torch.__version__,
-            "host": platform.node()}
+            cpu[op][str(nbytes)] = kept_cpu
+    return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
+            "torch": torch.__version__, "host": platform.node()}
 
 
 def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
@@ -134,8 +239,9 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
     by_rank = {int(r["rank"]): r["samples"] for r in results}
     if sorted(by_rank) != list(range(world)):
         raise UserError(f"expected results from ranks 0-{world - 1}, got ranks {sorted(by_rank)}")
+    cpu_by_rank = {int(r["rank"]): r.get("cpu_s") or {} for r in results}
     points: list[BenchPoint] = []
-    for op in OPS:
+    for op in POINT_OPS:
         if op not in by_rank[0]:
             continue
         for size_text in by_rank[0][op]:
@@ -144,12 +250,58 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
             else:
                 per_rank = [by_rank[r][op][size_text] for r in range(world)]
                 kept = [max(values) for values in zip(*per_rank)]
+            # CPU: the busiest rank per repeat (p2p: ranks 0 and 1 each send and receive M per round trip)
+            ranks = (0, 1) if op == "p2p" else range(world) if op == "allreduce" else ()
+            per_rank_cpu = [cpu_by_rank[r].get(op, {}).get(size_text) for r in ranks]
+            cpu = ([max(values) for values in zip(*per_rank_cpu)]
+                   if per_rank_cpu and all(c and len(c) == len(kept) for c in per_rank_cpu) else None)
             points.append(BenchPoint(op=op, workers=world, bytes=int(size_text), samples_s=kept,
-                                     median_s=statistics.median(kept)))
+                                     median_s=statistics.median(kept), cpu_s=cpu))
     return points
 
 
-def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any]) -> Network:
+def interference_from_results(results: Sequence[dict[str, Any]]) -> InterferenceFit | None:
+    """Pool the ranks' overlap samples: slowdown = median with overlap / median alone, floored at 1."""
+    pooled: dict[str, list[float]] = {}
+    overlap_bytes = 0
+    for result in results:
+        for key, values in (result.get("overlap") or {}).items():
+            if key == "bytes":
+                overlap_bytes = int(values[0])
+            else:
+                pooled.setdefault(key, []).extend(v for v in values if not math.isnan(v))
+    keys = ("compute_alone_s", "compute_overlap_s", "comm_alone_s", "comm_overlap_s")
+    if not overlap_bytes or not all(pooled.get(k) for k in keys):
+        return None
+    med = {k: statistics.median(pooled[k]) for k in keys}
+    return InterferenceFit(compute_slowdown=max(1.0, med["compute_overlap_s"] / med["compute_alone_s"]),
+                           comm_slowdown=max(1.0, med["comm_overlap_s"] / med["comm_alone_s"]),
+                           workers=int(results[0]["world_size"]), bytes=overlap_bytes,
+                           **{k: pooled[k] for k in keys})
+
+
+def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None) -> CpuCost | None:
+    """CPU seconds per byte, the slope over the large messages (`fit_alpha_beta`): all-reduce per byte a
+    node sends (2(N-1)/N * M, the largest worker count measured), p2p per byte sent or received."""
+    def slope(chosen: list[BenchPoint], wire: Callable[[BenchPoint], float]) -> float | None:
+        chosen = [p for p in chosen if p.cpu_s]
+        if len({p.bytes for p in chosen}) < 2:
+            return None
+        return fit_alpha_beta([wire(p) for p in chosen], [statistics.median(p.cpu_s) for p in chosen]).beta_s_per_byte
+
+    ar = [p for p in points if p.op == "allreduce"]
+    ar_cost = None
+    if ar:
+        most = max(p.workers for p in ar)
+        ar_cost = slope([p for p in ar if p.workers == most], lambda p: 2 * (p.workers - 1) / p.workers * p.bytes)
+    p2p_cost = slope([p for p in points if p.op == "p2p"], lambda p: 2 * p.bytes)
+    if ar_cost is None and p2p_cost is None:
+        return None
+    return CpuCost(allreduce_s_per_byte=ar_cost, p2p_s_per_byte=p2p_cost, cores=cores)
+
+
+def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any],
+                interference: InterferenceFit | None = None) -> Network:
     """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
     and incast per sender count (t against the total bytes received)."""
     incast: dict[str, AlphaBeta] = {}
@@ -173,8 +325,10 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     else:
         raise UserError("the network file needs point-to-point figures: include the p2p op "
                         "(--ops p2p,allreduce) or a 2-worker all-reduce")
+    quotas = environment.get("cpu_quota_cores")  # one value, or one per node
+    cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
-                   environment=environment)
+                   environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores))
 
 
 def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -> float:
@@ -188,6 +342,9 @@ def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -
             per_repeat += 2 * (workers - 1) / workers * wire_s * 2 + 0.01 * workers
         if "incast" in config["ops"]:
             per_repeat += (workers - 1) * wire_s + 0.01
+    if "overlap" in config["ops"]:
+        wire_s = int(config.get("overlap_bytes") or max(config["sizes"])) * 8 / bandwidth_bps
+        per_repeat += 2 * 2 * wire_s * 3 + 2.0  # two all-reduces, slowed, plus the compute units
     return per_repeat * (config["repeats"] + config["warmup"])
 
 
@@ -214,14 +371,16 @@ def run_netbench(
     runs = []
     for index, count in enumerate(counts):
         run_config = dict(config)
-        if index > 0:
-            run_config["ops"] = [op for op in config["ops"] if op != "p2p"]
-            if not run_config["ops"]:
-                continue
+        # p2p in the first run only, the interference measurement in the last (most workers) only
+        run_config["ops"] = [op for op in config["ops"]
+                             if not (op == "p2p" and index > 0) and not (op == "overlap" and count != counts[-1])]
+        if not run_config["ops"]:
+            continue
         runs.append((count, run_config))
     total = sum(steps_per_rank(c, n) for n, c in runs)
     done_before = 0
     points: list[BenchPoint] = []
+    interference = None
     torch_version = None
     for count, run_config in runs:
         timeout_s = 60 + 3 * estimate_run_s(run_config, count, bandwidth_hint_bps)
@@ -233,6 +392,7 @@ def run_netbench(
         result = launch(BENCH_TARGET, run_config, count, placement=placement, timeout_s=timeout_s,
                         on_progress=progress)
         points += points_from_results(result.results)
+        interference = interference_from_results(result.results) or interference
         torch_version = result.results[0].get("torch")
         done_before += steps_per_rank(run_config, count)
         if on_progress is not None:
@@ -241,7 +401,7 @@ def run_netbench(
            "python": platform.python_version(), "repeats": config["repeats"], "warmup": config["warmup"],
            "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
-    return fit_network(points, source=source, environment=env)
+    return fit_network(points, source=source, environment=env, interference=interference)
 
 
 def collect_results(directory: str | Path, environment: dict[str, Any] | None = None) -> Network:
@@ -256,8 +416,9 @@ def collect_results(directory: str | Path, environment: dict[str, Any] | None = 
         raise UserError(f"a rank result in {directory} is not valid JSON: {error}") from None
     points = points_from_results(results)
     first = results[0]
-    repeats = len(next(iter(next(iter(first["samples"].values())).values())))
+    repeats = next((len(v) for by_size in first["samples"].values() for v in by_size.values()),
+                   len((first.get("overlap") or {}).get("compute_alone_s", [])))
     env = {"backend": "gloo", "torch": first.get("torch"), "hosts": sorted({r.get("host") for r in results}),
            "repeats": repeats, "mode": "cluster (torchrun)", **(environment or {})}
     return fit_network(points, source=f"netbench on {len(results)} ranks (torchrun), collected from {directory}",
-                       environment=env)
+                       environment=env, interference=interference_from_results(results))

@@ -1,0 +1,243 @@
+"""Compute-communication interference and the CPU cost of communication (docs/interference.md).
+
+Two effects the plain alpha-beta + WFBP model leaves out, both measured by `sgdscale netbench`
+(`--ops overlap`, and the CPU time of every timed op) and stored in the network file:
+
+- **Interference.** While a collective overlaps compute on the same worker, both slow down: here
+  they share a CPU quota (gloo's threads copy, checksum and reduce); on a GPU communication kernels
+  share SMs and memory bandwidth. Model: compute progresses at 1/`compute_slowdown` of its speed
+  while a collective runs, a collective at 1/`comm_slowdown` of its speed while any worker computes.
+  `stream_with_interference` applies it to the fine all-reduce recurrence, `two_body_end_s` to the
+  coarse overlap heuristic. Slowdowns of 1 (or none) leave every prediction exactly as before: the
+  predictors then take their old code path.
+- **CPU cost per byte.** Moving a byte costs CPU time (send, receive, reduce), so on a node with a
+  CPU budget a link cannot run faster than budget / cpu_s_per_byte. `cpu_bound_bps` gives that
+  rate; `cpu_bounded_comm` applies it to a cost model.
+
+Only this module knows the model; the predictors call it where compute and communication overlap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+# Measured on the emulated testbed (2-core VM, gloo, tbf links; benchmarks/results/interference/):
+# what a measured network moved predictions made from nominal figures. Quoted when a prediction
+# uses nominal figures only, so the user knows how far off they may be.
+TYPICAL_MEASURED_NOTE = (
+    "on the emulated testbed (1 Gbit/s tbf links, 0.45 cores per node) measured networks ran point to point at "
+    "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, but held-out runs on "
+    "a busier machine saw 70% point to point and all-reduce predictions from nominal figures up to 2.3x too fast; "
+    "compute ran 1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/)"
+)
+
+
+@dataclass(frozen=True)
+class Interference:
+    """Slowdown factors (>= 1) of compute while a collective runs and of a collective while compute runs."""
+
+    compute_slowdown: float = 1.0
+    comm_slowdown: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.compute_slowdown >= 1.0 and self.comm_slowdown >= 1.0):
+            raise ValueError(f"interference slowdowns must be >= 1, got {self.compute_slowdown}, {self.comm_slowdown}")
+
+    @property
+    def active(self) -> bool:
+        return self.compute_slowdown != 1.0 or self.comm_slowdown != 1.0
+
+    @classmethod
+    def from_network(cls, network) -> Interference | None:
+        fit = getattr(network, "interference", None)
+        return None if fit is None else cls(fit.compute_slowdown, fit.comm_slowdown)
+
+
+def is_active(interference: Interference | None) -> bool:
+    return interference is not None and interference.active
+
+
+def interference_of(comm) -> Interference | None:
+    """The active interference model carried by a cost model (or by the NIC model of an object that
+    wraps one in `.nic`); None when there is none or it is zero."""
+    model = getattr(comm, "interference", None)
+    if model is None:
+        model = getattr(getattr(comm, "nic", None), "interference", None)
+    return model if is_active(model) else None
+
+
+def two_body_end_s(compute_s: float, comm_s: float, interference: Interference) -> tuple[float, float]:
+    """(compute end, communication end), both starting at 0 with `compute_s` and `comm_s` of work alone.
+
+    Both run slowed until the first finishes, the other then at full speed: with kc, km the slowdowns,
+    if comm_s*km <= compute_s*kc the collective ends at comm_s*km and compute at
+    comm_s*km + compute_s - comm_s*km/kc; otherwise compute ends at compute_s*kc and the collective at
+    compute_s*kc + comm_s - compute_s*kc/km.
+    """
+    kc, km = interference.compute_slowdown, interference.comm_slowdown
+    compute_s, comm_s = max(compute_s, 0.0), max(comm_s, 0.0)
+    if comm_s * km <= compute_s * kc:
+        overlap = comm_s * km
+        return overlap + compute_s - overlap / kc, overlap
+    overlap = compute_s * kc
+    return overlap, overlap + comm_s - overlap / km
+
+
+def stream_with_interference(ready_s: np.ndarray, costs_s: np.ndarray, backward_end_s: np.ndarray,
+                             interference: Interference) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One iteration of the all-reduce stream with interference: (collective starts, ends, backward ends).
+
+    Inputs are the no-interference quantities of `sgdscale.fine.allreduce`: `ready_s[g]` when the last
+    worker produces group g, `backward_end_s[w]` when worker w's backward ends. Collectives run one at a
+    time in order, each from max(previous end, ready). Derivation (docs/interference.md): every
+    backward of this iteration starts before its first collective, so all workers feel the same busy
+    intervals, and a worker's work clock tau(t) = t - (1 - 1/kc) * |busy before t| maps no-interference
+    times to real ones by tau^-1; the max over workers commutes with it (monotone). So group g is ready
+    at tau^-1(ready_s[g]), and collective g starts at the previous end, or later by ready_s[g] - tau(previous
+    end) if that is positive (no collective then runs). It is slowed by km while compute still runs,
+    i.e. until tau reaches max(backward_end_s) (`two_body_end_s`). Backward of worker w ends at
+    tau^-1(backward_end_s[w]). O(groups) scalar steps plus one interpolation over workers.
+    """
+    kc, km = interference.compute_slowdown, interference.comm_slowdown
+    last_compute = float(np.max(backward_end_s))
+    starts = np.empty(len(costs_s))
+    ends = np.empty(len(costs_s))
+    tau_at_start = np.empty(len(costs_s))
+    tau_at_end = np.empty(len(costs_s))
+    previous_end, tau_end = -np.inf, -np.inf
+    for g, (ready, cost) in enumerate(zip(ready_s.tolist(), costs_s.tolist())):
+        if previous_end == -np.inf:
+            start, tau_start = ready, ready
+        else:
+            gap = max(ready - tau_end, 0.0)
+            start, tau_start = previous_end + gap, tau_end + gap
+        left = last_compute - tau_start  # compute work left (in no-interference seconds) on the latest worker
+        if left > 0:
+            end = start + two_body_end_s(left, cost, interference)[1]
+            # the work clock runs at 1/kc under the collective; once the last worker's compute is done
+            # (possibly inside it) later values of tau are never asked for
+            tau_end = tau_start + (end - start) / kc
+        else:
+            end = start + cost
+            tau_end = tau_start + cost
+        starts[g], ends[g], tau_at_start[g], tau_at_end[g] = start, end, tau_start, tau_end
+        previous_end = end
+    if not len(costs_s):
+        return starts, ends, np.asarray(backward_end_s, dtype=float)
+    wall = np.column_stack([starts, ends]).ravel()
+    tau = np.column_stack([tau_at_start, tau_at_end]).ravel()
+    y = np.asarray(backward_end_s, dtype=float)
+    inside = np.interp(y, tau, wall)
+    backward_end = np.where(y <= tau[0], y, np.where(y >= tau[-1], wall[-1] + (y - tau[-1]), inside))
+    return starts, ends, backward_end
+
+
+def overlap_end_s(head_first_s: float, head_last_s: float, pre_s: float, comm_s: list[float],
+                  interference: Interference) -> float:
+    """Coarse heuristic with interference: when both backward and communication are done, from step start.
+
+    The two extreme WFBP terms of `sgdscale.coarse.heuristics.backward_exposed_s`, each as a two-body
+    overlap: all communication from the first ready group on against the backward left after it, and
+    the last group against the backward left after it; the later end wins.
+    """
+    if not comm_s:
+        return pre_s
+    ends = []
+    for head, comm in ((head_first_s, float(sum(comm_s))), (head_last_s, comm_s[-1])):
+        compute_end, comm_end = two_body_end_s(pre_s - head, comm, interference)
+        ends.append(head + max(compute_end, comm_end))
+    return max(max(ends), pre_s)
+
+
+def cpu_bound_bps(cpu_s_per_byte: float, cores: float) -> float:
+    """The fastest a node with `cores` of CPU can move bytes when each costs `cpu_s_per_byte` (bit/s)."""
+    return 8.0 * cores / cpu_s_per_byte
+
+
+def cpu_bounded_comm(comm, link_bps: float, cpu_s_per_byte: float, cores: float,
+                     measured_cores: float | None = None):
+    """`comm` with its per-byte costs raised to what a `cores` CPU budget allows.
+
+    effective rate = min(link rate, cores / cpu_s_per_byte). For a model from nominal figures
+    (`measured_cores` None) the per-byte costs scale by link_bps / effective rate when the CPU binds.
+    For a measured network, its fits already include the CPU bound at `measured_cores`, so they scale
+    by (per-byte bound at `cores`) / (per-byte bound at `measured_cores`), each the max of the wire and
+    the CPU cost: a budget the link does not feel at either quota changes nothing.
+    """
+    wire = 8.0 / link_bps
+    new = max(wire, cpu_s_per_byte / cores)
+    old = wire if measured_cores is None else max(wire, cpu_s_per_byte / measured_cores)
+    factor = new / old
+    if factor == 1.0:
+        return comm
+    return comm.with_bandwidth_scaled(factor)
+
+
+def with_interference(comm, interference: Interference | None):
+    """`comm` carrying an interference model (None or zero: unchanged)."""
+    return dataclasses.replace(comm, interference=interference)
+
+
+# CPU seconds per byte a node sends in a gloo all-reduce (receive and reduce included), measured on the
+# emulated testbed (benchmarks/results/interference/); used for --cpu-per-node without a network file.
+TYPICAL_CPU_S_PER_BYTE = 1.0e-9  # median of 8 runs, range 0.53-1.20 ns/B
+
+
+def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
+               interference: bool = True) -> tuple[object, list[str]]:
+    """The cost model a prediction uses on nodes with a CPU budget, and notes saying what was applied.
+
+    - CPU budget: `cpu_cores` (e.g. --cpu-per-node), else the quota the network file was measured at.
+      With a CPU cost per byte (from the file, else `TYPICAL_CPU_S_PER_BYTE`) the link runs at most at
+      cores / cpu_s_per_byte (`cpu_bounded_comm`).
+    - Interference: the file's model, unless `interference` is False.
+    - Without a network file, a note says how far measured networks moved predictions from nominal figures.
+    """
+    notes: list[str] = []
+    cpu = getattr(network, "cpu", None) if network is not None else None
+    measured_cores = cpu.cores if cpu is not None else None
+    cores = cpu_cores if cpu_cores is not None else measured_cores
+    per_byte = None
+    if cpu is not None:
+        per_byte = cpu.allreduce_s_per_byte or cpu.p2p_s_per_byte
+    if per_byte is None and cpu_cores is not None:
+        per_byte = TYPICAL_CPU_S_PER_BYTE
+        notes.append(f"CPU cost of transport {per_byte * 1e9:.3g} ns/B: the testbed's typical figure "
+                     "(no measured one in the network file)")
+    if cores is not None and per_byte is not None:
+        if network is not None and measured_cores is None and cpu_cores is not None:
+            measured = None  # measured unshaped: treat the fits as the wire's own cost
+        else:
+            measured = measured_cores if network is not None else None
+        bound_bps = cpu_bound_bps(per_byte, cores)
+        before = comm
+        comm = cpu_bounded_comm(comm, link_bps, per_byte, cores, measured)
+        if comm is not before:
+            notes.append(f"CPU-bound links: {cores:g} cores per node move at most {bound_bps / 1e6:.0f} Mbit/s "
+                         f"({per_byte * 1e9:.3g} ns of CPU per byte), below the {link_bps / 1e6:.0f} Mbit/s link: "
+                         f"per-byte costs x{comm.p2p.beta_s_per_byte / before.p2p.beta_s_per_byte:.2f}")
+        else:
+            notes.append(f"CPU budget {cores:g} cores per node allows {bound_bps / 1e6:.0f} Mbit/s "
+                         f"({per_byte * 1e9:.3g} ns of CPU per byte): the link, not the CPU, limits")
+    model = Interference.from_network(network) if network is not None and interference else None
+    comm = with_interference(comm, model)
+    if model is not None:
+        notes.append(f"interference (measured): compute {model.compute_slowdown:.2f}x slower while a collective "
+                     f"runs, a collective {model.comm_slowdown:.2f}x slower while compute runs "
+                     "(--no-interference to leave it out)")
+    if network is None:
+        notes.append("nominal network figures (no --network FILE): " + TYPICAL_MEASURED_NOTE
+                     + "; measure yours with `sgdscale netbench --ops p2p,allreduce,overlap -o net.json`")
+    else:
+        nominal = (network.environment or {}).get("bandwidth_bps")
+        if nominal:
+            ratios = [f"point to point at {8 / network.p2p.beta_s_per_byte / nominal:.0%}"]
+            for workers, fit in sorted(network.allreduce.items(), key=lambda kv: int(kv[0])):
+                n = int(workers)
+                ratios.append(f"{n}-way all-reduce at {2 * (n - 1) / n * 8 / nominal / fit.beta_s_per_byte:.0%}")
+            notes.append(f"measured network vs the nominal {nominal / 1e6:.0f} Mbit/s link: " + ", ".join(ratios)
+                         + " of the ring formula's rate")
+    return comm, notes
