@@ -264,3 +264,32 @@ def test_builtin_param_counts_match_the_zoo_models():
         options = dict(profile.provenance.get("build_options", {}))
         workload = build_workload(name, **options)
         assert profile.param_count == sum(p.numel() for p in workload.module.parameters()), name
+
+
+def test_counts_match_flop_counter_and_hand_computed_linear():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    profile = _quick(_tensor_workload(module, 16), batch_size=8)
+    first, second = profile.layers
+    # forward of Linear(16->32) on 8 samples: 2*8*16*32 flops; its backward only needs the weight
+    # gradient (the input does not require grad): the same again. Linear(32->4) also passes the
+    # gradient to its input: twice its forward.
+    assert first.forward_flops == 2 * 8 * 16 * 32 and first.backward_flops == 2 * 8 * 16 * 32
+    assert second.forward_flops == 2 * 8 * 32 * 4 and second.backward_flops == 2 * (2 * 8 * 32 * 4)
+    # bytes: at least the matmul's input, weight and output, read or written once
+    assert first.forward_bytes >= 4 * (8 * 16 + 16 * 32 + 8 * 32)
+    assert profile.step.optimizer_bytes >= 3 * 4 * profile.param_count  # param, grad, momentum
+    x = torch.randn(8, 16)
+    with FlopCounterMode(display=False) as counter:
+        module(x).pow(2).mean().backward()
+    assert sum(l.forward_flops + l.backward_flops for l in profile.layers) == counter.get_total_flops()
+    assert profile.precision == "fp32" and "flop_counter" in profile.provenance["counting"]
+
+
+def test_bf16_profile_casts_the_model_and_halves_gradient_bytes():
+    profile = profile_workload(build_workload("mlp", width=64, depth=2), 4, warmup=0, iterations=2, precision="bf16")
+    assert profile.precision == "bf16"
+    assert all(t.bytes == 2 * t.numel for t in profile.tensors)
+    with pytest.raises(UserError, match="tf32 exists only on CUDA"):
+        profile_workload(build_workload("mlp", width=64, depth=2), 4, warmup=0, iterations=1, precision="tf32")

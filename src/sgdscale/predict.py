@@ -100,6 +100,7 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "tensors": len(profile.tensors),
             "gradient_bytes": profile.gradient_bytes,
             "step_s": profile.compute_s,
+            "calibration": list(profile.provenance.get("calibration", [])),
         },
         "cluster": {
             "bandwidth_bps": cluster.bandwidth_bps,

@@ -45,6 +45,14 @@ class Layer(_Strict):
     params: list[ParamTensor] = Field(default_factory=list)
     forward_samples_s: list[float] | None = None
     backward_samples_s: list[float] | None = None
+    # Counted work (optional; older profiles lack them and still load): floating-point
+    # operations (matmul/conv/attention, as torch.utils.flop_counter counts them) and bytes of
+    # memory traffic (every operator's tensor inputs read + outputs written), charged to layers
+    # exactly like the times are. They let `calibrate.retarget` move a profile between devices.
+    forward_flops: float | None = Field(default=None, ge=0)
+    backward_flops: float | None = Field(default=None, ge=0)
+    forward_bytes: float | None = Field(default=None, ge=0)
+    backward_bytes: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _samples_non_negative(self) -> Layer:
@@ -61,6 +69,8 @@ class StepTimes(_Strict):
     data_s: float = Field(default=0.0, ge=0)
     h2d_s: float = Field(default=0.0, ge=0)
     optimizer_s: float = Field(default=0.0, ge=0)
+    optimizer_flops: float | None = Field(default=None, ge=0)
+    optimizer_bytes: float | None = Field(default=None, ge=0)
 
 
 class IterationStats(_Strict):
@@ -91,6 +101,8 @@ class Profile(_Strict):
     layers: list[Layer] = Field(min_length=1)
     step: StepTimes = StepTimes()
     iteration_s: IterationStats | None = None
+    precision: str | None = Field(default=None, description="compute precision measured: fp32, tf32, fp16, bf16")
+    device_key: str | None = Field(default=None, description="device catalog key of the measuring device")
 
     @model_validator(mode="after")
     def _unique_tensor_names(self) -> Profile:
@@ -120,6 +132,14 @@ class Profile(_Strict):
     def compute_s(self) -> float:
         """One step's compute on one worker: data, copy, forward, backward, optimizer."""
         return self.step.data_s + self.step.h2d_s + self.forward_s + self.backward_s + self.step.optimizer_s
+
+    @cached_property
+    def has_counts(self) -> bool:
+        """Whether every layer carries counted flops and bytes (needed to retarget a device)."""
+        return all(
+            None not in (layer.forward_flops, layer.backward_flops, layer.forward_bytes, layer.backward_bytes)
+            for layer in self.layers
+        )
 
     @cached_property
     def param_count(self) -> int:

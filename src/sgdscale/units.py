@@ -72,6 +72,25 @@ def parse_size_bytes(text: str | float, what: str = "size") -> float:
     return value * scale
 
 
+def parse_rate_per_s(text: str | float, what: str = "throughput") -> float:
+    """'253/s', '253', '1.2k/s', '253 samples/s', '253img/s' -> events per second (> 0)."""
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        match = re.fullmatch(r"\s*" + _NUMBER + r"\s*([kKMG]?)\s*([A-Za-z]*)\s*(/s)?\s*", str(text))
+        if match and not match.group(4) and match.group(2) + match.group(3) in ("s", "ms", "us", "ns", "Ms"):
+            raise UserError(f"{what} '{text}' looks like a time; give a rate such as 253/s (or use --step-time)")
+        if not match:
+            if str(text).strip().startswith("-"):
+                raise UserError(f"{what} must be positive, got '{text}' (e.g. 253/s)")
+            raise UserError(f"cannot read {what} '{text}' (e.g. 253/s, 1.2k/s, 253 samples/s)")
+        value, unit = float(match.group(1)), match.group(2)
+    rate = value * _SI[unit]
+    if rate <= 0:
+        raise UserError(f"{what} must be positive, got '{text}' (e.g. 253/s)")
+    return rate
+
+
 def parse_workers(text: str) -> list[int]:
     """'1,2,4', '1-64', '1-64:x2' (doubling) or '8' -> sorted unique worker counts (each >= 1)."""
     counts: set[int] = set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64"
@@ -180,6 +181,7 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
               help="Per-worker slowdown factors, one per worker (e.g. 1,1,1,2: worker 3 twice as slow).")
 @click.option("--slow-link", "slow_links", multiple=True, metavar="WORKER:BANDWIDTH",
               help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable); on multi-device nodes its node's NIC.")
+@calibration_options
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Plot throughput and speedup vs workers.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
@@ -191,7 +193,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
                     algorithm: str, allreduce_scheme: str, ps_placement: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
                     network_file: str | None, cpu_per_node: float | None, no_interference: bool,
                     compute_scale: str | None, slow_links: tuple[str, ...],
-                    json_path: str | None, plot_path: str | None, trace_path: str | None) -> None:
+                    json_path: str | None, plot_path: str | None, trace_path: str | None,
+                    **calibration: str | int | None) -> None:
     """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
     `sgdscale profile`, or a built-in name such as resnet50; see `sgdscale show --list`).
 
@@ -204,6 +207,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
       sgdscale predict resnet50 --network net.json --plot r50.png
       sgdscale predict resnet50 --nodes 1-8:x2 --gpus-per-node 8 --intra-bandwidth 300GB/s --bandwidth 25Gbit
       sgdscale predict resnet50 --cluster dgx-a100 --nodes 4 --allreduce auto
+      sgdscale predict resnet50 --device-throughput 2470/s --batch-size 256 --cluster dgx-a100 --nodes 1-4:x2
+      sgdscale predict resnet50 --target-device A100 --precision bf16 --workers 8
       sgdscale predict cnn --network net.json --cpu-per-node 0.45 --workers 2,4   (CPU-bound links)
     """
     from rich.console import Console
@@ -232,7 +237,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         ps_count=ps_count, ps_bandwidth=ps_bandwidth, algorithm=algorithm, network_file=network_file,
         compute_scale=compute_scale, slow_links=slow_links, cpu_per_node=cpu_per_node,
         interference=not no_interference)
-    loaded = load_profile(profile)
+    measured = load_profile(profile)
+    loaded = apply_calibration(measured, **calibration)
 
     with _progress(err, len(counts) * len(methods)) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
@@ -241,6 +247,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
 
     from sgdscale.report.table import bottleneck_lines, header_line, prediction_table
 
+    note = calibration_line(measured, loaded)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(header_line(prediction), highlight=False)
     console.print(prediction_table(prediction))
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)

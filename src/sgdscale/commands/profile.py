@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile, builtin_profile_names, load_profile, save_profile
 from sgdscale.units import format_bytes, format_seconds
@@ -30,6 +31,10 @@ def profile_table(profile: Profile) -> Table:
     table.add_column("params", justify="right", footer=f"{profile.param_count:,}")
     table.add_column("gradient", justify="right", footer=format_bytes(profile.gradient_bytes))
     table.add_column("tensors", justify="right", footer=str(len(profile.tensors)))
+    counted = profile.has_counts
+    if counted:
+        total = sum(l.forward_flops + l.backward_flops for l in profile.layers)
+        table.add_column("GFLOP f+b", justify="right", footer=f"{total / 1e9:.3g}")
     for index, layer in enumerate(profile.layers):
         table.add_row(
             str(index),
@@ -39,6 +44,7 @@ def profile_table(profile: Profile) -> Table:
             f"{sum(t.numel for t in layer.params):,}",
             format_bytes(sum(t.bytes for t in layer.params)),
             str(len(layer.params)),
+            *([f"{(layer.forward_flops + layer.backward_flops) / 1e9:.3g}"] if counted else []),
         )
     return table
 
@@ -70,18 +76,31 @@ def profile_summary_lines(profile: Profile) -> list[str]:
 @click.command("show")
 @click.argument("profile", required=False)
 @click.option("--list", "list_builtin", is_flag=True, help="List the built-in profiles.")
-def show(profile: str | None, list_builtin: bool) -> None:
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the (calibrated) profile JSON here.")
+@calibration_options
+def show(profile: str | None, list_builtin: bool, output: Path | None, **calibration: str | int | None) -> None:
     """Summarise PROFILE (a file or a built-in profile name): per-layer forward and backward
-    time, parameters, gradient bytes, and totals."""
+    time, parameters, gradient bytes, counted flops, and totals. With calibration options, show
+    (and with -o save) the profile moved to another device."""
     console = Console()
+    if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+        console = Console(width=120)
     if list_builtin or profile is None:
         for name in builtin_profile_names():
             console.print(name)
         return
-    loaded = load_profile(profile)
+    measured = load_profile(profile)
+    loaded = apply_calibration(measured, **calibration)
     console.print(profile_table(loaded))
     for line in profile_summary_lines(loaded):
         console.print(line)
+    note = calibration_line(measured, loaded)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
+    if output is not None:
+        _check_output(output)
+        save_profile(loaded, output)
+        console.print(f"wrote {output}")
 
 
 def _option_value(text: str) -> Any:
@@ -130,7 +149,10 @@ def _check_output(path: Path) -> None:
 @click.option("--iterations", "-n", type=int, default=10, show_default=True,
               help="Measured steps (as many uninstrumented steps are interleaved).")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads.")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cuda: times with CUDA events (no synchronization inside the step).")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16", "tf32"]), default="fp32", show_default=True,
+              help="Train in this precision (bf16/fp16: model and inputs cast; tf32: CUDA only).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights and synthetic batches.")
 def profile_command(
     model: str,
@@ -146,6 +168,7 @@ def profile_command(
     iterations: int,
     threads: int,
     device: str,
+    precision: str,
     seed: int,
 ) -> None:
     """Measure one training step of MODEL layer by layer with real PyTorch and write a profile.
@@ -184,7 +207,7 @@ def profile_command(
     workload = build_workload(model, image_size=image_size, seq_len=seq_len, seed=seed, **options)
     result = profile_workload(
         workload, batch_size, warmup=warmup, iterations=iterations, threads=threads, device=device,
-        progress=True, extra_provenance={"command": "sgdscale profile " + model, "seed": seed},
+        precision=precision, progress=True, extra_provenance={"command": "sgdscale profile " + model, "seed": seed},
     )
     if output is not None:
         try:

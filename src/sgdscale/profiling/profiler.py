@@ -26,7 +26,15 @@ The same number of *uninstrumented* steps (no hooks at all) are interleaved with
 ones; their wall times are `iteration_s`, and ``provenance.consistency`` records how far the sum
 of the instrumented parts is from them (hook overhead plus noise). All reported times are means
 over the measured iterations, so the sums hold exactly; the per-iteration samples are kept.
-On CUDA every timestamp is preceded by ``torch.cuda.synchronize()``.
+Timestamps: ``time.perf_counter()`` on the CPU. On CUDA each timestamp records a CUDA event
+on the current stream instead (no synchronization inside the step, so the hooks do not stall the
+GPU's queue); after the step one ``synchronize()`` resolves the events to seconds since the
+step's first event. Host-side work (batch creation) is timed by the events too: the step starts
+on an idle GPU, so an event recorded after host work completes when the host reaches it.
+Precision: ``fp32`` (default), ``bf16``/``fp16`` (the whole model and the floating inputs cast
+to that type: pure low-precision training, not autocast), ``tf32`` (CUDA only: fp32 storage,
+TF32 matmuls and convolutions).
+Counted work: flops and bytes per layer from one extra untimed step (``counting.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ from sgdscale.profile import (
     StepTimes,
 )
 from sgdscale.profiling._torch_compat import import_torch
+from sgdscale.profiling.counting import METHOD as COUNT_METHOD
+from sgdscale.profiling.counting import StepCounts, count_step
 from sgdscale.profiling.zoo import Workload
 
 torch = import_torch()
@@ -96,15 +106,60 @@ class _Iteration:
     ready: dict[int, float] = field(default_factory=dict)  # parameter index -> grad ready time
 
 
-def _clock(device: Any) -> Callable[[], float]:
-    if device.type == "cuda":
+class _HostClock:
+    """perf_counter timestamps; nothing to resolve."""
 
-        def now() -> float:
-            torch.cuda.synchronize(device)
-            return time.perf_counter()
+    def __call__(self) -> float:
+        return time.perf_counter()
 
-        return now
-    return time.perf_counter
+    def resolve(self, record: _Iteration) -> None:
+        return None
+
+
+class _EventClock:
+    """CUDA-event timestamps: a call records an event and returns its index (as a float);
+    `resolve` synchronizes once and turns the record's indices into seconds."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def __call__(self) -> float:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.events.append(event)
+        return float(len(self.events) - 1)
+
+    def resolve(self, record: _Iteration) -> None:
+        torch.cuda.synchronize()
+        first = self.events[0]
+        seconds = [first.elapsed_time(event) / 1e3 for event in self.events]  # elapsed_time is in ms
+
+        def at(index: float) -> float:
+            return seconds[int(index)]
+
+        for name in ("t0", "t_data", "t_h2d", "t_fwd", "t_loss", "t_bwd", "t_end"):
+            setattr(record, name, at(getattr(record, name)))
+        record.calls = [(at(t), i) for t, i in record.calls]
+        record.ready = {k: at(t) for k, t in record.ready.items()}
+        self.events = []
+
+
+def _clock(device: Any) -> _HostClock | _EventClock:
+    return _EventClock() if device.type == "cuda" else _HostClock()
+
+
+PRECISION_DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _catalog_key(device: Any) -> str | None:
+    """The device catalog key of a CUDA GPU from its name (e.g. 'NVIDIA A100-SXM4-80GB' -> A100)."""
+    if device.type != "cuda":
+        return None
+    from sgdscale.device import catalog
+
+    name = torch.cuda.get_device_name(device).upper()
+    matches = [key for key in catalog() if not key.startswith("vm-") and key.upper() in name]
+    return max(matches, key=len) if matches else None
 
 
 def _resolve_device(device: str) -> Any:
@@ -117,13 +172,16 @@ def _resolve_device(device: str) -> Any:
     return torch.device(device)
 
 
-def _to(value: Any, device: Any) -> Any:
+def _to(value: Any, device: Any, dtype: Any = None) -> Any:
+    """Move tensors to `device`; floating ones also to `dtype` (when given)."""
     if isinstance(value, torch.Tensor):
+        if dtype is not None and value.is_floating_point():
+            return value.to(device, dtype)
         return value.to(device)
     if isinstance(value, (tuple, list)):
-        return type(value)(_to(v, device) for v in value)
+        return type(value)(_to(v, device, dtype) for v in value)
     if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
+        return {k: _to(v, device, dtype) for k, v in value.items()}
     return value
 
 
@@ -218,9 +276,10 @@ def profile_workload(
     device: str = "cpu",
     progress: bool = False,
     extra_provenance: dict[str, Any] | None = None,
+    precision: str = "fp32",
 ) -> Profile:
     """Profile `iterations` training steps of `workload` (after `warmup` unmeasured ones) with
-    `threads` intra-op threads (None: leave torch's setting) and return the Profile."""
+    `threads` intra-op threads (None: leave torch's setting) at `precision` and return the Profile."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch size must be a positive integer; got {batch_size!r}")
     if warmup < 0:
@@ -233,17 +292,25 @@ def profile_workload(
         raise UserError(
             f"model {workload.name} has no trainable parameters: there is nothing to train or communicate"
         )
+    if precision not in PRECISION_DTYPES:
+        raise UserError(f"unknown precision '{precision}'; choose one of {', '.join(PRECISION_DTYPES)}")
     dev = _resolve_device(device)
+    if precision == "tf32" and dev.type != "cuda":
+        raise UserError("tf32 exists only on CUDA GPUs (Ampere and later); on the CPU use fp32 or bf16")
     now = _clock(dev)
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
-    module = workload.module.to(dev).train()
+    dtype = getattr(torch, PRECISION_DTYPES[precision])
+    module = workload.module.to(dev, dtype).train()
+    previous_tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     try:
         extra = {"warmup_iterations": warmup, **(extra_provenance or {})}
-        return _run(workload, module, batch_size, warmup, iterations, dev, now, progress, extra)
+        return _run(workload, module, batch_size, warmup, iterations, dev, now, progress, extra, precision, dtype)
     finally:
         torch.set_num_threads(previous_threads)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous_tf32
 
 
 def _run(
@@ -253,9 +320,11 @@ def _run(
     warmup: int,
     iterations: int,
     dev: Any,
-    now: Callable[[], float],
+    now: _HostClock | _EventClock,
     progress: bool,
     extra_provenance: dict[str, Any] | None,
+    precision: str,
+    dtype: Any,
 ) -> Profile:
     hint = (
         "check the batch size, --image-size / --seq-len, or --input-shape for a user model"
@@ -269,7 +338,7 @@ def _run(
     except Exception as error:
         raise UserError(f"could not make a batch of {batch_size} for model {workload.name}: {error}") from None
     batch_shape = _shape(inputs)
-    layers = _discover_layers(workload, _to(inputs, dev), _to(targets, dev), hint)
+    layers = _discover_layers(workload, _to(inputs, dev, dtype), _to(targets, dev), hint)
     params = [p for layer in layers for _, p in layer.params]
     param_layer = [li for li, layer in enumerate(layers) for _ in layer.params]
     optimizer = torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM)
@@ -299,7 +368,7 @@ def _run(
             rec.t0 = now()
             x, y = workload.make_batch(batch_size)
             rec.t_data = now()
-            x, y = _to(x, dev), _to(y, dev)
+            x, y = _to(x, dev, dtype), _to(y, dev)
             rec.t_h2d = now()
             optimizer.zero_grad(set_to_none=True)
             rec.t_fwd = now()
@@ -309,6 +378,7 @@ def _run(
             rec.t_bwd = now()
             optimizer.step()
             rec.t_end = now()
+            now.resolve(rec)
             return rec.t_end - rec.t0
         finally:
             for handle in handles:
@@ -345,7 +415,14 @@ def _run(
                     plain.append(step(None))
                 bar.advance(task)
     optimizer.zero_grad(set_to_none=True)
-    return _build_profile(workload, layers, param_layer, records, plain, batch_size, batch_shape, dev, extra_provenance)
+
+    def run_forward() -> Any:
+        x, y = workload.make_batch(batch_size)
+        return workload.loss_fn(_call(module, _to(x, dev, dtype)), _to(y, dev))
+
+    counts = count_step([layer.module for layer in layers], params, param_layer, run_forward, optimizer)
+    return _build_profile(workload, layers, param_layer, records, plain, batch_size, batch_shape, dev,
+                          extra_provenance, counts, precision)
 
 
 def _build_profile(
@@ -358,6 +435,8 @@ def _build_profile(
     batch_shape: Any,
     dev: Any,
     extra_provenance: dict[str, Any] | None,
+    counts: StepCounts,
+    precision: str,
 ) -> Profile:
     n_layers = len(layers)
     n_params = len(param_layer)
@@ -412,6 +491,10 @@ def _build_profile(
                 params=tensors,
                 forward_samples_s=[max(0.0, v) for v in forward[li]],
                 backward_samples_s=[max(0.0, v) for v in backward[li]],
+                forward_flops=counts.forward[li].flops,
+                backward_flops=counts.backward[li].flops,
+                forward_bytes=counts.forward[li].bytes,
+                backward_bytes=counts.backward[li].bytes,
             )
         )
     on_cpu = dev.type == "cpu"  # .to("cpu") is a no-op: its microseconds stay with the data time
@@ -419,6 +502,8 @@ def _build_profile(
         data_s=mean([(r.t_h2d if on_cpu else r.t_data) - r.t0 for r in records]),
         h2d_s=0.0 if on_cpu else mean([r.t_h2d - r.t_data for r in records]),
         optimizer_s=mean([(r.t_fwd - r.t_h2d) + (r.t_end - r.t_bwd) for r in records]),
+        optimizer_flops=counts.optimizer.flops,
+        optimizer_bytes=counts.optimizer.bytes,
     )
     instrumented = [r.t_end - r.t0 for r in records]
     iteration = _stats(plain)
@@ -442,6 +527,8 @@ def _build_profile(
         "load_average_1m": round(os.getloadavg()[0], 2),  # high = measured on a busy machine
         "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "method": METHOD,
+        "counting": COUNT_METHOD,
+        "timing": "CUDA events, resolved after each step" if dev.type == "cuda" else "time.perf_counter",
         "optimizer": f"SGD(lr={LEARNING_RATE}, momentum={MOMENTUM})",
         "consistency": {
             "instrumented_sum_s": instrumented_mean,
@@ -472,5 +559,7 @@ def _build_profile(
             "layers": profile_layers,
             "step": step,
             "iteration_s": iteration,
+            "precision": precision,
+            "device_key": _catalog_key(dev),
         }
     )

@@ -15,6 +15,8 @@
 - `single`: no overlap: after backward, one all-reduce of all gradients flattened into one buffer.
 
 Every strategy applies plain SGD (no momentum) with learning rate `lr` to averaged gradients.
+On NCCL (`ctx.device` a GPU) the model and batches live on that GPU and every timestamp follows a
+`torch.cuda.synchronize()`, so a phase's time includes the kernels it launched.
 """
 
 from __future__ import annotations
@@ -96,8 +98,20 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     loss_fn = setup.workload.loss_fn
     grouping = config["grouping"]
     manual: ManualAllReduce | None = None
+    on_gpu = ctx.device.startswith("cuda")
+    if on_gpu:
+        module.to(ctx.device)
+        setup.batches[:] = [(x.to(ctx.device), y.to(ctx.device)) for x, y in setup.batches]
+
+    def now() -> float:
+        if on_gpu:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     if grouping == "buckets":
-        kwargs = {} if config.get("bucket_mb") is None else {"bucket_cap_mb": config["bucket_mb"]}
+        kwargs: dict[str, Any] = {} if config.get("bucket_mb") is None else {"bucket_cap_mb": config["bucket_mb"]}
+        if on_gpu:
+            kwargs["device_ids"] = [torch.device(ctx.device)]
         net: torch.nn.Module = DistributedDataParallel(module, **kwargs)
     else:
         for p in module.parameters():  # same seed gives the same weights; make sure anyway
@@ -117,14 +131,14 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         optimizer.zero_grad(set_to_none=True)
         inputs, targets = setup.batch(iteration)
         loss = loss_fn(net(inputs), targets)
-        t1 = time.perf_counter()
+        t1 = now()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = now()
         if manual is not None:
             manual.finish()
-        t3 = time.perf_counter()
+        t3 = now()
         optimizer_step()
-        t4 = time.perf_counter()
+        t4 = now()
         wait = t3 - t2 if manual is not None else None
         log.add(
             start_unix, t4 - t0, forward_s=t1 - t0, backward_s=t2 - t1, optimizer_s=t4 - t3, wait_s=wait,
@@ -133,6 +147,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         ctx.report_progress(iteration + 1)
         if iteration == total - 1 and grouping == "buckets" and ctx.rank == 0:
             extra.update(_ddp_buckets(net))
+    extra["backend"] = ctx.backend
     if manual is not None:
         extra["groups"] = len(manual.groups)
     if setup.replay is not None:

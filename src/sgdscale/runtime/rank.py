@@ -1,4 +1,8 @@
-"""One rank's process: join the gloo process group, run a target function, write its result.
+"""One rank's process: join the process group, run a target function, write its result.
+
+Backend (`pick_backend`): NCCL for all-reduce training when this host has a CUDA GPU for each of
+its ranks (the model and batches then live on `cuda:LOCAL_RANK`); gloo otherwise, and always for
+the parameter server, whose point-to-point messages carry CPU tensors.
 
 Started by `sgdscale.runtime.launch` as
 
@@ -61,6 +65,8 @@ class RankContext:
     world_size: int
     config: dict[str, Any]
     out_dir: Path | None
+    backend: str = "gloo"
+    device: str = "cpu"
     _progress: ProgressCounter | None = field(default=None, repr=False)
 
     def report_progress(self, iterations_done: int) -> None:
@@ -70,6 +76,22 @@ class RankContext:
         if self._progress is None:
             self._progress = ProgressCounter(self.out_dir / f"progress-{self.rank}")
         self._progress.set(iterations_done)
+
+
+def pick_backend(config: dict[str, Any], world_size: int, cuda_devices: int, nccl_available: bool) -> tuple[str, str]:
+    """(backend, device) for this rank: NCCL on a GPU per rank for all-reduce, else gloo on CPU.
+
+    Ranks on one host are LOCAL_WORLD_SIZE (torchrun) or all of them (local launch); with fewer
+    GPUs than ranks NCCL cannot run (two ranks on one GPU), so gloo stays."""
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+    wanted = config.get("device", "auto")
+    if (config.get("strategy") == "allreduce" and wanted in ("auto", "cuda") and nccl_available
+            and cuda_devices >= local_ranks > 0):
+        return "nccl", f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    if wanted == "cuda":
+        raise ValueError(f"device cuda asked for, but this host has {cuda_devices} CUDA GPU(s) for "
+                         f"{local_ranks} rank(s) (NCCL {'available' if nccl_available else 'missing'})")
+    return "gloo", "cpu"
 
 
 def resolve_target(spec: str):
@@ -106,12 +128,19 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     target = resolve_target(args.target)
+    if "LOCAL_RANK" not in os.environ and "LOCAL_WORLD_SIZE" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(rank)  # local launch: every rank on this host
+    backend, device = pick_backend(config, world_size, torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                                   dist.is_nccl_available())
+    if backend == "nccl":
+        torch.cuda.set_device(torch.device(device))
     dist.init_process_group(
-        "gloo", init_method=init_method, rank=rank, world_size=world_size,
+        backend, init_method=init_method, rank=rank, world_size=world_size,
         timeout=datetime.timedelta(seconds=args.timeout_s),
     )
     try:
-        ctx = RankContext(rank=rank, world_size=world_size, config=config, out_dir=out_dir)
+        ctx = RankContext(rank=rank, world_size=world_size, config=config, out_dir=out_dir, backend=backend,
+                          device=device)
         result = target(ctx)
         if out_dir is not None:
             write_json_atomic(out_dir / f"result-{rank}.json", result)
