@@ -47,7 +47,7 @@ def report(folder: Path) -> str:
     groups: dict[tuple[str, str], list[float]] = {}
     for row in rows:
         values = [run["measured_throughput"] for run in row["runs"]]
-        kind = row.get("workload", "real")
+        kind = row.get("kind", "real")
         ratios = [r for r in (received_ratio(run) for run in row["runs"]) if r is not None]
         others = [(run.get("cpu") or {}).get("other_load_cores") for run in row["runs"]]
         others = [o for o in others if o is not None]

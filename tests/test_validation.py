@@ -4,7 +4,7 @@ bound (15%) is an accuracy check that can fail.
 
 The bound on the real-compute cases (50%) is a smoke bound for a short CI run: it catches a broken
 predictor or runtime, not a modelling error. The same real case measured in two runs differs by up to 31%
-(benchmarks/results/repeatability.md; async PS most), and the accuracy claims come from
+(benchmarks/results/accuracy/repeatability-run1-vs-run2.md; async PS most), and the accuracy claims come from
 benchmarks/accuracy.py, which runs the full grid with longer runs.
 """
 

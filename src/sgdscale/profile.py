@@ -1,7 +1,7 @@
 """The Profile: one training step of one worker, measured on one machine (`sgdscale.profile/1`).
 
 It is the contract between profiling (which needs torch) and prediction (which never imports
-torch): every predictor reads only this. See DESIGN.md, "Data formats".
+torch): every predictor reads only this. See docs/design.md, "Data formats".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Analytic wait-free back-propagation (WFBP) schedules: the exact recurrences of Shi et al.
 
 These are the closed forms the fine-grained simulation must reproduce in the deterministic case
-(reference/shi2018_dag_model.md §2.2), and the schedule MG-WFBP reasons about when it decides
+(docs/reference/shi2018_dag_model.md §2.2), and the schedule MG-WFBP reasons about when it decides
 which gradients to merge (§5, `_generate_groups_mgwfbp` of HKBU-HPML/MG-WFBP).
 
 Layers are indexed 0..L-1 in forward order; backward runs L-1 down to 0; all times are relative

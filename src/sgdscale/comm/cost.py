@@ -3,7 +3,7 @@
 Every collective is linear in the message size M for a fixed worker count N,
 t(M, N) = A(N) + B(N)*M, so predictors can cost thousands of messages with one multiply-add and
 MG-WFBP can reason about the startup cost A(N) saved by merging. Formulas follow Thakur et al.
-as tabulated in reference/shi2018_dag_model.md §2.4.
+as tabulated in docs/reference/shi2018_dag_model.md §2.4.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fine-grained synchronous all-reduce (DDP/Horovod style), evaluated exactly and vectorized.
 
-The DAG of one iteration (DESIGN.md "Model semantics"; reference/shi2018_dag_model.md §2.1):
+The DAG of one iteration (docs/design.md "Model semantics"; docs/reference/shi2018_dag_model.md §2.1):
 every worker runs data + host-to-device copy, forward layers 0..L-1 and backward L-1..0 back to
 back on its compute resource; gradient group g's collective starts when *every* worker has
 produced g and the previous collective has finished (one communication stream, groups in launch

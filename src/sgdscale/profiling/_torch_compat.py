@@ -2,7 +2,7 @@
 
 PyPI's torchvision 0.28.0 does not import beside the CPU torch 2.13.0 wheel: its extension links
 CUDA, so the operator schemas ``torchvision::nms``/``qnms`` never get defined and the import fails
-at ``register_fake("torchvision::nms")`` (see reference/ecosystem.md §0.1). Defining the two schemas
+at ``register_fake("torchvision::nms")`` (see docs/reference/ecosystem.md §0.1). Defining the two schemas
 with ``torch.library`` makes the model definitions usable (detection ops stay unusable; we only need
 the classification models). The shim runs only when the plain import fails, so a working
 torchvision is never touched.

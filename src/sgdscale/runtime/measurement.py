@@ -1,5 +1,5 @@
 """The Measurement (`sgdscale.measurement/1`): one real distributed run, the ground truth that
-predictions are checked against. See DESIGN.md, "Data formats".
+predictions are checked against. See docs/design.md, "Data formats".
 
 Times: `iteration_start_s` are Unix times (time.time(), one clock shared by all ranks on one
 machine or in namespaces of one machine; on a real cluster only as good as the nodes' clock sync);

@@ -8,7 +8,7 @@ shapes what it receives, so each node has a full-duplex NIC of the given bandwid
 server NIC is a real bottleneck. Nothing outside the objects it creates is touched: the bridge has
 no address, no host route or interface changes, addresses exist only inside our namespaces.
 
-Why these choices (see DESIGN.md "Real runs"):
+Why these choices (see docs/design.md "Real runs"):
 - tbf, not netem: this kernel has no netem, so there is no added latency (add it in the app).
 - CFS period 10 ms instead of the default 100 ms: a throttled process runs in short slices, so a
   step under a 45 % quota is stretched smoothly instead of running full speed then stalling 55 ms.
