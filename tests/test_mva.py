@@ -98,8 +98,9 @@ def test_throughput_non_decreasing_in_customers(demands, think, customers):
 def test_schweitzer_close_to_exact(demands, think, customers):
     exact = exact_mva(demands, think, customers).throughput
     approx = schweitzer_mva(demands, think, customers).throughput
-    # Bard-Schweitzer's known error is a few percent at worst, near the knee.
-    assert approx == pytest.approx(exact, rel=0.06)
+    # Bard-Schweitzer's known error is a few percent at worst, near the knee; hypothesis found
+    # 6.3 % for one station of demand 1 s with 1 s think time (0.879 vs exact 0.9375 per s).
+    assert approx == pytest.approx(exact, rel=0.08)
     assert approx <= min(customers / (sum(demands) + think), 1.0 / max(demands)) * (1 + 1e-9)
 
 

@@ -16,13 +16,12 @@ The sources of every preset number are in docs/clusters.md.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sgdscale.errors import UserError
+from sgdscale.jsonio import read_document
 from sgdscale.units import parse_bandwidth_bps, parse_time_s
 
 CLUSTER_SCHEMA = "sgdscale.cluster/1"
@@ -150,20 +149,6 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
     """A preset by name, or a `sgdscale.cluster/1` file; one-line errors naming the field."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
-    path = Path(name_or_path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"--cluster {name_or_path}: no such file or preset; presets: "
-                        f"{', '.join(PRESETS)} (docs/clusters.md)") from None
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON (line {error.lineno}: {error.msg})") from None
-    if not isinstance(data, dict) or data.get("schema") != CLUSTER_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else None
-        raise UserError(f"{path}: unsupported schema {found!r}; expected \"{CLUSTER_SCHEMA}\"")
-    try:
-        return ClusterSpec.model_validate(data)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
-                             for e in error.errors()[:5])
-        raise UserError(f"{path}: invalid cluster file: {problems}") from None
+    return read_document(name_or_path, CLUSTER_SCHEMA, ClusterSpec, what="cluster file",
+                         missing=f"--cluster {name_or_path}: no such file or preset; presets: "
+                                 f"{', '.join(PRESETS)} (docs/clusters.md)")

@@ -7,14 +7,14 @@ measured network instead of the nominal bandwidth and latency.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sgdscale.errors import UserError
+from sgdscale.jsonio import read_document
 
 NETWORK_SCHEMA = "sgdscale.network/1"
 
@@ -127,18 +127,5 @@ def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.n
 
 
 def load_network(path: str | Path) -> Network:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"network file {path} does not exist (make one with `sgdscale netbench -o {path}`)") from None
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON (line {error.lineno}: {error.msg})") from None
-    if not isinstance(data, dict) or data.get("schema") != NETWORK_SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else None
-        raise UserError(f"{path}: unsupported schema {found!r}; expected \"{NETWORK_SCHEMA}\"")
-    try:
-        return Network.model_validate(data)
-    except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors()[:5])
-        raise UserError(f"{path}: invalid network file: {problems}") from None
+    return read_document(path, NETWORK_SCHEMA, Network, what="network file",
+                         missing=f"network file {path} does not exist (make one with `sgdscale netbench -o {path}`)")
