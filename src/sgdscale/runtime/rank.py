@@ -34,7 +34,7 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sgdscale.jsonio import write_json_atomic
 
@@ -101,7 +101,7 @@ def resolve_target(spec: str):
     return getattr(importlib.import_module(module_name), function_name)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     parser = argparse.ArgumentParser(prog="python -m sgdscale.runtime.rank", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", required=True, help="module:function to run on this rank")
@@ -149,12 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         # Skip interpreter teardown: gloo's destructors can block on peers that are gone.
         os._exit(1)
+    # Leave together, then skip interpreter teardown. Letting Python tear down gloo's threads and
+    # DDP's reducer aborted a rank now and then under load ("terminate called without an active
+    # exception", SIGABRT after its peer had exited cleanly); destroy_process_group did not prevent
+    # it. The result is already written, and the kernel closes the sockets.
     try:
-        dist.destroy_process_group()
+        dist.barrier()
     except Exception:  # a peer already left; the result is written, nothing else to do
         pass
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
