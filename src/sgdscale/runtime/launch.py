@@ -8,7 +8,9 @@ placement the ranks are local processes on 127.0.0.1; with one (the emulated clu
 Failures a user can act on become `UserError`s: a rank that exits non-zero (message names the rank
 and quotes the end of its stderr), ranks that do not finish within the timeout (message names
 them), a port already in use. In every case, also on Ctrl-C, all process groups are killed and the
-temporary directory is removed before returning.
+temporary directory is removed before returning. If the launcher itself is killed outright
+(SIGKILL), the ranks die with it (parent-death signal) and its reaper removes the temporary
+directory (runtime/reaper.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sgdscale.errors import UserError
+from sgdscale.errors import UserError, raise_terminated
+from sgdscale.runtime import reaper
 
 POLL_S = 0.05
 # After the first failure, wait this long for the other ranks' exits so the report can tell the
@@ -37,6 +40,7 @@ POLL_S = 0.05
 FAILURE_GRACE_S = 1.0
 KILL_GRACE_S = 2.0
 STDERR_TAIL_LINES = 12
+LAUNCHER_PID_ENV = "SGDSCALE_LAUNCHER_PID"
 
 # Errors a rank reports when *another* rank died: secondary, not the cause.
 _PEER_LOSS = re.compile(
@@ -192,7 +196,9 @@ def launch(
         port = port or free_port()  # a fresh namespace has all ports free; any unused number works
         ifname = placement.socket_ifname()
 
-    run_dir = Path(tempfile.mkdtemp(prefix="sgdscale-run-"))
+    reaper.sweep_dead_run_dirs()  # what launchers killed outright (and their reapers) left
+    run_dir = Path(tempfile.mkdtemp(prefix=reaper.run_dir_prefix()))
+    reaper.register_path(run_dir)  # removed by the reaper if this process is killed outright
     procs: list[subprocess.Popen] = []
     handles = []
     start = time.monotonic()
@@ -204,6 +210,7 @@ def launch(
         base_env.setdefault("OMP_NUM_THREADS", str(threads))
         base_env.setdefault("MKL_NUM_THREADS", str(threads))
         base_env["PYTHONUNBUFFERED"] = "1"
+        base_env[LAUNCHER_PID_ENV] = str(os.getpid())  # ranks die with this process (runtime/rank.py)
         if ifname:
             base_env["GLOO_SOCKET_IFNAME"] = ifname
         for rank in range(world_size):
@@ -252,19 +259,16 @@ def launch(
         for handle in handles:
             handle.close()
         shutil.rmtree(run_dir, ignore_errors=True)
+        reaper.release_path(run_dir)
         if previous_sigterm is not None:
             signal.signal(signal.SIGTERM, previous_sigterm)
 
 
 def _sigterm_as_interrupt():
-    """While ranks run, SIGTERM unwinds like Ctrl-C so the `finally` still kills them."""
+    """While ranks run, SIGTERM raises Terminated so the `finally` still kills them."""
     if threading.current_thread() is not threading.main_thread():
         return None
-
-    def interrupt(_signum, _frame):
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, interrupt)
+    return signal.signal(signal.SIGTERM, raise_terminated)
 
 
 def _watch(

@@ -113,6 +113,11 @@ def main(argv: list[str] | None = None) -> NoReturn:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout")
     args = parser.parse_args(argv)
+    launcher = os.environ.get("SGDSCALE_LAUNCHER_PID")  # launch.LAUNCHER_PID_ENV; unset under torchrun
+    if launcher:
+        from sgdscale.runtime.reaper import set_parent_death_signal
+
+        set_parent_death_signal(int(launcher))  # a rank never outlives a launcher killed outright
 
     rank = args.rank if args.rank is not None else int(os.environ["RANK"])
     world_size = args.world_size if args.world_size is not None else int(os.environ["WORLD_SIZE"])

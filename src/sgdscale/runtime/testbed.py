@@ -21,8 +21,10 @@ Why these choices (see docs/design.md "Real runs"):
 
 Teardown is guaranteed: on leaving the `with` block (normally or by exception), on SIGINT and
 SIGTERM, every process left in the node cgroups or namespaces is killed, then namespaces, veths,
-bridge and cgroups are removed. A crashed owner (SIGKILL) leaves objects whose names carry its pid;
-`sweep_leftovers()` removes those of dead owners and runs at every testbed start.
+bridge and cgroups are removed. An owner killed outright (SIGKILL) cannot run that: its reaper
+process (runtime/reaper.py) removes the testbed when the owner's end of their pipe closes. Should
+the reaper die too, the objects' names carry the owner's pid, and `sweep_leftovers()` removes
+those of dead owners at every testbed start.
 
     with Testbed(nodes=2, bandwidth_bps=100e6, cpu_quota_cores=0.9) as bed:
         bed.run_on_node(0, ["python", "-c", "print('hi')"], timeout_s=10)
@@ -47,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sgdscale.errors import UserError
+from sgdscale.errors import UserError, raise_terminated
+from sgdscale.runtime import reaper
 
 CGROUP_CPU_ROOT = Path("/sys/fs/cgroup/cpu")
 CGROUP_CPUACCT_ROOT = Path("/sys/fs/cgroup/cpuacct")
@@ -430,6 +433,7 @@ class Testbed:
         except UserError as error:
             print(f"warning: {error}", file=sys.stderr)
         self._install_signal_handlers()
+        reaper.register_testbed(self.prefix)  # removes it all if this process is killed outright
         self._built = True  # from here on close() must clean up, whatever happened
         try:
             self._build()
@@ -488,6 +492,8 @@ class Testbed:
                     if problems:
                         print("warning: emulated-cluster teardown left: " + "; ".join(problems)
                               + " (run `sgdscale testbed cleanup`)", file=sys.stderr)
+                    else:
+                        reaper.release_testbed(self.prefix)
             finally:
                 self._restore_signal_handlers()
                 if in_main:
@@ -498,13 +504,8 @@ class Testbed:
         if threading.current_thread() is not threading.main_thread():
             return
 
-        def handler(signum: int, frame: object) -> None:
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise SystemExit(128 + signum)
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._old_handlers[signum] = signal.signal(signum, handler)
+        self._old_handlers[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+        self._old_handlers[signal.SIGTERM] = signal.signal(signal.SIGTERM, raise_terminated)
 
     def _restore_signal_handlers(self) -> None:
         for signum, old in self._old_handlers.items():
