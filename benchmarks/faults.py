@@ -41,11 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sgdscale.runtime.testbed import owned_by
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 TAG_ENV = "SGDSCALE_FAULT_TAG"
 CLI = [sys.executable, "-c", "import sys; sys.argv[0] = 'sgdscale'; from sgdscale.cli import main; sys.exit(main())"]
 MESSAGE_RE = re.compile(r"^(error:|interrupted|terminated)")
+CHILD_ENV: dict[str, str] = {}  # --src: run another version of the code under test
 EXIT_TIMEOUT_S = 150.0  # a run that has not exited this long after its fault counts as hung
 SETTLE_S = 10.0  # leaks are counted until none is left or this long after the exit
 
@@ -63,21 +66,9 @@ PLAN = {"kill-worker": 10, "kill-server": 6, "hook": 6, "sigint": 10, "sigterm":
 
 
 # ------------------------------------------------------------------------------------------ leaks
-def _names(command: list[str]) -> list[str]:
-    return subprocess.run(command, capture_output=True, text=True).stdout.splitlines()
-
-
 def leaks(owner: int, tag: str, work: Path) -> dict[str, list[str]]:
     """Everything this run left: only objects named after its owner pid or tagged with its tag."""
-    ours = re.compile(rf"^sgs{owner}[a-z]")
-    found: dict[str, list[str]] = {}
-    found["netns"] = [line.split()[0] for line in _names(["ip", "netns", "list"])
-                      if line.split() and ours.match(line.split()[0])]
-    links = [line.split(":", 2)[1].strip().split("@")[0] for line in _names(["ip", "-o", "link", "show"])
-             if line.count(":") >= 2]
-    found["links"] = [name for name in links if ours.match(name)]
-    found["cgroups"] = [str(p) for root in ("cpu", "cpuacct", "cpuset")
-                        for p in Path("/sys/fs/cgroup", root).glob(f"sgs{owner}*") if ours.match(p.name)]
+    found: dict[str, list[str]] = dict(owned_by(owner))  # netns, links (veths, bridge), cgroups
     processes, zombies = [], []
     marker = f"{TAG_ENV}={tag}".encode()
     for proc in Path("/proc").glob("[0-9]*"):
@@ -134,7 +125,7 @@ class Run:
         self.work, self.tag = work, tag
         (work / "tmp").mkdir(parents=True, exist_ok=True)
         (work / "out").mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TMPDIR": str(work / "tmp"), TAG_ENV: tag}
+        env = {**os.environ, "TMPDIR": str(work / "tmp"), TAG_ENV: tag, **CHILD_ENV}
         self.stderr_path = work / "stderr.txt"
         self.started = time.monotonic()
         self.most_progress = 0  # the furthest any worker was seen, to tell teardown from startup
@@ -249,8 +240,12 @@ def train_argv(rng: random.Random, *, strategies=("allreduce", "ps-sync", "ps-as
 
 
 def output_consistent(work: Path, setup: dict, record: dict[str, Any]) -> bool:
-    """The measurement exists exactly when the run finished its work."""
-    return (work / "out" / setup["output"]).exists() == (record["returncode"] == 0 or record["finished"])
+    """The measurement exists exactly when the run finished its work (an owner SIGKILLed after
+    writing it, before saying so, may leave it: whole, which `half_written` checks)."""
+    exists = (work / "out" / setup["output"]).exists()
+    if record["returncode"] == -signal.SIGKILL:
+        return not exists or record["phase"] == "teardown"
+    return exists == (record["returncode"] == 0 or record["finished"])
 
 
 def fault_train(kind: str, rng: random.Random, work: Path, tag: str) -> dict[str, Any]:
@@ -305,7 +300,7 @@ def fault_train(kind: str, rng: random.Random, work: Path, tag: str) -> dict[str
         phase = "run"
     outcome = run.finish()
     found, waited = settle(owner, tag, work)
-    outcome["output_consistent"] = output_consistent(work, setup, outcome)
+    outcome["output_consistent"] = output_consistent(work, setup, {**outcome, "phase": phase})
     return {**setup, **detail, "injected": injected, "phase": phase, **outcome,
             "verdict": judge(outcome, kind == "kill-owner"), "leaks": found, "settle_s": round(waited, 2)}
 
@@ -397,7 +392,7 @@ def markdown(meta: dict[str, Any], rows: list[dict[str, Any]], records: list[dic
     lines = [
         "# Faults injected into real runs",
         "",
-        f"`{meta['command']}` (seed {meta['seed']}), {meta['date']}, {meta['machine']}; "
+        f"`{meta['command']}`, {meta['date']}, {meta['machine']}; "
         f"{meta['injected']} faults injected ({meta['drawn']} drawn; a fault whose run had already exited "
         f"is not counted), {meta['wall_s'] / 60:.1f} min, load average {meta['load_before']} before, "
         f"{meta['load_after']} after.",
@@ -460,6 +455,8 @@ def main() -> None:
     parser.add_argument("--kinds", default=",".join(PLAN), help="only these kinds")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for faults.json and faults.md")
     parser.add_argument("--work", type=Path, default=Path("/tmp/sgdscale-faults"), help="scratch folder")
+    parser.add_argument("--src", type=Path, default=None,
+                        help="run the sgdscale package under this folder (e.g. another checkout's src) instead")
     parser.add_argument("--hook", help=argparse.SUPPRESS)
     parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -468,6 +465,8 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("needs root (the emulated cluster)")
     signal.signal(signal.SIGINT, signal.default_int_handler)  # children start with default handlers
+    if args.src is not None:
+        CHILD_ENV["PYTHONPATH"] = str(args.src.resolve())
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -498,6 +497,7 @@ def main() -> None:
               f"{record['messages'][:1]}", flush=True)
     meta = {
         "command": "nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/faults.py"
+                   + f" --seed {seed}" + (f" --src {args.src}" if args.src else "")
                    + (f" --faults {args.faults}" if args.faults != sum(PLAN.values()) else "")
                    + (f" --kinds {args.kinds}" if args.kinds != ",".join(PLAN) else ""),
         "seed": seed, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),

@@ -195,10 +195,41 @@ def test_sigterm_to_the_owner_tears_everything_down():
     assert leftovers(prefix) == []
 
 
+def reaper_pid(owner: int) -> int | None:
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:4] == [b"-m", b"sgdscale.runtime.reaper", str(owner).encode()]:
+            return int(proc.name)
+    return None
+
+
+def gone_within(prefix: str, timeout_s: float) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := leftovers(prefix)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 @needs_root
-def test_sweep_removes_what_a_killed_owner_left():
+def test_the_reaper_removes_what_a_killed_owner_left():
     owner, prefix, child = _start_owner()
-    owner.kill()  # SIGKILL: no handler runs, everything is left behind
+    owner.kill()  # SIGKILL: no handler or finally runs in the owner
+    owner.wait(timeout=10)
+    assert gone_within(prefix, 15) == []
+    assert pid_gone(child)
+
+
+@needs_root
+def test_sweep_removes_what_a_killed_owner_and_its_reaper_left():
+    owner, prefix, child = _start_owner()
+    reaper = reaper_pid(owner.pid)
+    assert reaper is not None
+    os.kill(reaper, signal.SIGKILL)
+    assert pid_gone(reaper)
+    owner.kill()  # now nothing is left to clean up after it
     owner.wait(timeout=10)
     assert any(item.startswith("netns") for item in leftovers(prefix))
     assert prefix in sweep_leftovers()  # the owner's pid is dead, so it is swept

@@ -179,6 +179,17 @@ def _list_ours() -> dict[str, dict[str, list[str]]]:
     return found
 
 
+def owned_by(pid: int) -> dict[str, list[str]]:
+    """Namespaces, links and cgroups of every testbed process `pid` built (their names carry it),
+    and nobody else's: what a check for leftovers of one run may count."""
+    merged: dict[str, list[str]] = {"netns": [], "links": [], "cgroups": []}
+    for prefix, objects in _list_ours().items():
+        if int(_PREFIX_RE.match(prefix).group(2)) == pid:
+            for kind, names in objects.items():
+                merged[kind] += names
+    return merged
+
+
 def _cgroup_pids(group: Path) -> list[int]:
     try:
         return [int(x) for x in (group / "cgroup.procs").read_text().split()]
