@@ -122,3 +122,22 @@ def test_sigterm_in_a_command_ends_it_with_one_line():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     assert done.stderr.strip() == "terminated"
+
+
+def test_a_signal_during_the_torch_import_waits_until_it_is_done(tmp_path):
+    """preload_torch holds SIGTERM while torch loads (an exception raised inside torch's C++
+    initialisation aborts the process); here a stand-in `torch` sends itself SIGTERM halfway."""
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\n"
+                                      "time.sleep(0.2)\nfinished = True\n")
+    script = ("import signal, sys\n"
+              "from sgdscale.interrupts import Terminated, preload_torch, raise_terminated\n"
+              "signal.signal(signal.SIGTERM, raise_terminated)\n"
+              "try:\n"
+              "    preload_torch()\n"
+              "except Terminated:\n"
+              "    print('terminated after import', sys.modules['torch'].finished)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.strip() == "terminated after import True", done.stderr

@@ -26,7 +26,8 @@ try:
     import click
 
     from sgdscale import __version__
-    from sgdscale.errors import Terminated, UserError, raise_terminated
+    from sgdscale.errors import UserError
+    from sgdscale.interrupts import Terminated, raise_terminated
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None

@@ -79,6 +79,9 @@ def model_info_command(model: str, output: Path, image_size: int | None, seq_len
                        input_shape: str | None, extra: tuple[str, ...]) -> None:
     """Write the parameter tensors of MODEL (built-in name or package.module:factory), in forward
     call order (one forward pass of a 2-sample batch), for `sgdscale import kineto`."""
+    from sgdscale.interrupts import preload_torch
+
+    preload_torch()  # with Ctrl-C/SIGTERM held: an interrupted torch import aborts (interrupts.py)
     from sgdscale.commands.profile import _parse_options
     from sgdscale.importing.modelinfo import model_info_from_module
     from sgdscale.profiling.zoo import build_workload

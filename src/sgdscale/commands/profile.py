@@ -183,6 +183,9 @@ def profile_command(
       sgdscale profile gpt2 -o gpt2.json --option layers=6 --option hidden=384 --seq-len 128
       sgdscale profile mymodels.nets:small_net --input-shape 3x32x32 --num-classes 10 -o net.json
     """
+    from sgdscale.interrupts import preload_torch
+
+    preload_torch()  # with Ctrl-C/SIGTERM held: an interrupted torch import aborts (interrupts.py)
     if output is None and not as_json:
         raise UserError("say where to write the profile: -o FILE (or --json to print it)")
     if batch_size < 1:

@@ -125,6 +125,9 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
       sgdscale train gpt2 --workers 4 --strategy ps-async --ps 1 --emulate --bandwidth 200Mbit
       sgdscale train resnet50 --replay --workers 8 --emulate --bandwidth 1Gbit --cpu-quota 0.2
     """
+    from sgdscale.interrupts import preload_torch
+
+    preload_torch()  # with Ctrl-C/SIGTERM held: an interrupted torch import aborts (interrupts.py)
     from dataclasses import asdict
 
     from sgdscale.jsonio import write_json_atomic

@@ -202,6 +202,9 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
       sgdscale netbench --collect res -o cluster.json
     Time-sensitive: on a shared machine run it under `flock /tmp/sgdscale-cpu.lock`.
     """
+    from sgdscale.interrupts import preload_torch
+
+    preload_torch()  # with Ctrl-C/SIGTERM held: an interrupted torch import aborts (interrupts.py)
     from sgdscale.jsonio import write_json_atomic
     from sgdscale.runtime import netbench as nb
 

@@ -133,6 +133,9 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
       sgdscale validate --workload replay --models resnet50,gpt2 --workers 4,8,16 --cpu-per-node 0.1 \
           --bandwidth 1Gbit --strategies allreduce -o val/
     """
+    from sgdscale.interrupts import preload_torch
+
+    preload_torch()  # with Ctrl-C/SIGTERM held: an interrupted torch import aborts (interrupts.py)
     from sgdscale.strategy import KINDS
     from sgdscale.validation import Grid, Validator, summarize
 

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sgdscale.errors import UserError, raise_terminated
+from sgdscale.errors import UserError
+from sgdscale.interrupts import raise_terminated
 from sgdscale.runtime import reaper
 
 POLL_S = 0.05

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sgdscale.errors import UserError, raise_terminated
+from sgdscale.errors import UserError
+from sgdscale.interrupts import raise_terminated
 from sgdscale.runtime import reaper
 
 CGROUP_CPU_ROOT = Path("/sys/fs/cgroup/cpu")
