@@ -181,10 +181,6 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
                 measurement = run_training(config, testbed, timeout_s=timeout_s, on_progress=on_progress)
         else:
             measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)
-    if output:
-        from sgdscale.runtime.measurement import save_measurement
-
-        save_measurement(measurement, output)
     out = Console()
     out.print(measurement_table(measurement))
     stats = measurement.iteration_s
@@ -194,6 +190,10 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         f"p95 {format_seconds(stats.p95)}"
     )
     if output:
+        from sgdscale.runtime.measurement import save_measurement
+
+        # Written last, so a Ctrl-C while the table prints leaves no file beside exit status 130.
+        save_measurement(measurement, output)
         out.print(f"measurement written to {output}")
 
 
