@@ -11,7 +11,7 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.fine import simulate
 from sgdscale.fine.allreduce import simulate_allreduce
-from sgdscale.fine.variability import ComputeSampler
+from sgdscale.variability import ComputeSampler
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import IterationStats, Layer, ParamTensor, Profile, StepTimes
 from sgdscale.strategy import Strategy

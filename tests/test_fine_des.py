@@ -11,11 +11,13 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.fine.allreduce import simulate_allreduce
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
-from sgdscale.fine.des import run_ps, simulate_des
+from sgdscale.fine.ps import run_ps
 from sgdscale.fine.engine import run_dag
-from sgdscale.fine.variability import ComputeSampler
+from sgdscale.variability import ComputeSampler
 from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
 from sgdscale.strategy import Strategy
+
+from des_oracle import simulate_des
 
 HYPOTHESIS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

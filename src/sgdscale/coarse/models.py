@@ -12,7 +12,6 @@ from sgdscale.cluster import Cluster
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
 from sgdscale.coarse.phases import (
-    gradient_groups,
     head_max,
     optimizer_mean_s,
     pre_barrier_max,
@@ -24,6 +23,7 @@ from sgdscale.coarse.phases import (
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, overlap_end_s
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
+from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
@@ -73,8 +73,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
 
     # The topology costs every collective (per level, slowest NIC pacing), as for the fine predictor.
     topology = Topology.of(cluster, comm, strategy)
-    groups = gradient_groups(profile, strategy, topology, n)
-    sizes = [g.nbytes for g in groups]
+    groups = group_gradients(profile, strategy, topology, n)
+    sizes = [float(g.bytes) for g in groups]
     comm_s = [float(t) for t in topology.allreduce_times_s(sizes)]
     per_level = topology.allreduce_cost(sizes)
     levels = {LEVEL_INTRA: float(per_level.intra_s.sum()), LEVEL_NIC: float(per_level.nic_s.sum())}
@@ -97,7 +97,7 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     wait = max(0.0, step_mean - compute - exposed)
     breakdown = Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait)
     utilization = {"worker compute": compute / step_mean, "network (all-reduce)": total_comm / step_mean}
-    nbytes = sum(g.nbytes for g in groups)
+    nbytes = sum(float(g.bytes) for g in groups)
     limited_by = ""
     if exposed >= wait and exposed > 0.05 * step_mean:
         where = ""
@@ -195,8 +195,8 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         # starts during backward (heuristics.pipeline_end_s).
         # Pushes and updates flow as a pipeline that starts during backward; the pull follows the
         # last push (gloo sends only into a posted receive, whose notice queues behind the pushes).
-        groups = gradient_groups(profile, strategy, costs.topology, n)
-        sizes = [g.nbytes for g in groups]
+        groups = group_gradients(profile, strategy, costs.topology, n)
+        sizes = [float(g.bytes) for g in groups]
         stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
         offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
         end = hz.pipeline_end_s(head_max(profile, cluster, variability, groups[0]).mean,
@@ -294,8 +294,8 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
 
     hidden = 0.0
     if heuristics and costs.total_bytes > 0:
-        groups = gradient_groups(profile, strategy, costs.topology, n)
-        sizes = [g.nbytes for g in groups]
+        groups = group_gradients(profile, strategy, costs.topology, n)
+        sizes = [float(g.bytes) for g in groups]
         scale = float(scales.mean())
         head = scale * (profile.step.data_s + profile.step.h2d_s + profile.forward_s)
         head_first, head_last = head + scale * groups[0].ready_s, head + scale * groups[-1].ready_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sgdscale.cluster import one_cluster_size
 from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 
@@ -41,9 +42,7 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
             raise UserError("--slow-link describes one cluster; give its size with --workers N")
         return [len(scales)]
     counts = parse_workers(workers)
-    if len(counts) != 1:
-        raise UserError(f"{what} describes one cluster; give a single worker count with --workers N, "
-                        f"not a range ('{workers}')")
+    one_cluster_size(counts, what)
     if scales and counts[0] != len(scales):
         raise UserError(f"--compute-scale gives {len(scales)} factors but --workers says {counts[0]}; "
                         "give one factor per worker")
@@ -55,9 +54,10 @@ def _spec_overrides(spec, workers: str | None, gpus: int, scales: tuple[float, .
     """A cluster file's slow nodes and NICs as per-worker scales and links (one cluster size)."""
     from sgdscale.units import parse_workers
 
-    if workers is None or len(parse_workers(workers)) != 1:
+    if workers is None:
         raise UserError("the cluster file names slow nodes or NICs, so it describes one cluster size; "
                         "give one --nodes (or --workers) count")
+    one_cluster_size(parse_workers(workers), "the cluster file's slow nodes or NICs")
     total = parse_workers(workers)[0]
     nodes = -(-total // gpus)
     spec.check_nodes(nodes)

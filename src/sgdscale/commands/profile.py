@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
@@ -15,7 +14,7 @@ from rich.table import Table
 from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile, builtin_profile_names, load_profile, save_profile
-from sgdscale.units import format_bytes, format_seconds
+from sgdscale.units import format_bytes, format_seconds, parse_key_values
 
 
 def profile_table(profile: Profile) -> Table:
@@ -103,25 +102,6 @@ def show(profile: str | None, list_builtin: bool, output: Path | None, **calibra
         console.print(f"wrote {output}")
 
 
-def _option_value(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"bad --option '{pair}': write KEY=VALUE, e.g. --option layers=6")
-        options[key.strip().replace("-", "_")] = _option_value(value.strip())
-    return options
-
-
 def _check_output(path: Path) -> None:
     """Fail before minutes of profiling, not after, when the output cannot be written."""
     if path.is_dir():
@@ -195,7 +175,7 @@ def profile_command(
         raise UserError(f"--threads must be at least 1; got {threads}")
     if output is not None:
         _check_output(output)
-    options = _parse_options(extra)
+    options = parse_key_values(extra)
     if input_shape is not None:
         options["input_shape"] = input_shape
     if num_classes is not None:

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sgdscale.errors import UserError
-from sgdscale.units import format_seconds, parse_bandwidth_bps, parse_time_s
+from sgdscale.units import format_seconds, parse_bandwidth_bps, parse_key_values, parse_time_s
 
 EPILOG = """\b
 Examples:
@@ -55,23 +55,6 @@ rank entry point with torchrun on every node; rank 0 writes the measurement:
   # results/result-0.json (on rank 0's node) is the sgdscale.measurement/1 file.
 For PS strategies the world size is workers + ps (ranks >= workers are the shards).
 """
-
-
-def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
-    options: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--option takes KEY=VALUE (e.g. --option width=512), got '{pair}'")
-        for cast in (int, float):
-            try:
-                options[key] = cast(value)
-                break
-            except ValueError:
-                continue
-        else:
-            options[key] = value
-    return options
 
 
 @click.command("train", epilog=EPILOG)
@@ -135,7 +118,7 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
     options = dict(
         workers=workers, strategy=strategy, ps_count=ps_count or 0, ps_placement=ps_placement,
         grouping=grouping, bucket_mb=bucket_mb, iterations=iterations, warmup=warmup,
-        image_size=image_size, seq_len=seq_len, model_options=parse_options(model_options), lr=lr,
+        image_size=image_size, seq_len=seq_len, model_options=parse_key_values(model_options), lr=lr,
         threads=threads,
     )
     if replay:

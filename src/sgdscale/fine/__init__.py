@@ -4,10 +4,15 @@ gradient collective or message), from which iteration times, breakdown and bottl
 `simulate` picks the engine: synchronous all-reduce has a closed-form longest path per iteration
 (one barrier per collective, one communication stream) that `sgdscale.fine.allreduce` evaluates
 vectorized over workers; the parameter-server strategies, with shared NICs and fair bandwidth
-sharing, go to the general discrete-event engine `sgdscale.fine.des`.
+sharing, go to the event-driven simulation `sgdscale.fine.ps` (networks `sgdscale.fine.links` and
+`sgdscale.fine.hubs`, events `sgdscale.fine.events`); `sgdscale.fine.engine` runs explicit DAGs
+for cross-checks.
 
 Iterations: `warmup` steps are simulated first and discarded, then `iterations` steps are
-reported (Outcome.iteration_s has `iterations` samples).
+reported (Outcome.iteration_s has `iterations` samples per worker), unless a parameter-server run
+measures its throughput to `precision` (relative half-width of its 95% confidence interval) sooner:
+then it stops there and says so (`Outcome.throughput_ci`). All-reduce is exact in closed form and
+always runs every iteration.
 """
 
 from __future__ import annotations
@@ -32,8 +37,12 @@ def check_step_counts(iterations: int, warmup: int) -> None:
         raise UserError(f"warm-up iterations must not be negative, got {warmup}")
 
 
+DEFAULT_PRECISION = 0.01
+
+
 def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
-             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
+             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False,
+             precision: float | None = DEFAULT_PRECISION) -> Outcome:
     """Fine-grained prediction of one cluster size (see the module docstring)."""
     check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":
@@ -41,17 +50,10 @@ def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommM
 
         return simulate_allreduce(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup,
                                   seed=seed, variability=variability, timeline=timeline)
-    try:
-        from sgdscale.fine.des import simulate_des
-    except ModuleNotFoundError as error:
-        if error.name != "sgdscale.fine.des":
-            raise
-        raise UserError(
-            f"the fine-grained simulator for '{strategy.kind}' is not part of this build; "
-            "use --strategy allreduce or --method coarse"
-        ) from None
-    return simulate_des(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
-                        variability=variability, timeline=timeline)
+    from sgdscale.fine.ps import simulate_ps
+
+    return simulate_ps(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
+                       variability=variability, timeline=timeline, precision=precision)
 
 
 __all__ = ["simulate"]

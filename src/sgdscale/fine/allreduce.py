@@ -49,8 +49,8 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
-from sgdscale.fine.variability import ComputeSampler
-from sgdscale.grouping import GradGroup, group_gradients
+from sgdscale.variability import ComputeSampler
+from sgdscale.grouping import GradGroup, backward_done_s, group_gradients, ready_offsets_s
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome, TraceEvent
 from sgdscale.strategy import Strategy
@@ -193,11 +193,8 @@ class _RowTables:
         # time from backward start to the end of layer l's backward = sum(t_b[l:]) (reverse order);
         # the backward total is taken from the same sums so "ready at the end of layer 0" and
         # "backward done" are the same float
-        after = np.cumsum(tb[:, ::-1], axis=1)[:, ::-1]
-        self.bwd = after[:, 0] if tb.shape[1] else np.zeros(tb.shape[0])
-        layer = np.array([g.ready_layer for g in groups], dtype=np.intp)
-        fraction = np.array([g.ready_fraction for g in groups], dtype=float)
-        self.offsets = after[:, layer] - (1.0 - fraction) * tb[:, layer] if groups else np.zeros((tb.shape[0], 0))
+        self.bwd = backward_done_s(tb)[:, 0] if tb.shape[1] else np.zeros(tb.shape[0])
+        self.offsets = ready_offsets_s(tb, [g.ready_layer for g in groups], [g.ready_fraction for g in groups])
 
     def worker_arrays(self, rows: np.ndarray, scale: np.ndarray, unit_scale: bool, with_offsets: bool = True):
         pre, fwd, bwd, opt = self.pre[rows], self.fwd[rows], self.bwd[rows], self.opt[rows]
@@ -226,7 +223,6 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
     to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer)."""
     if len(events) >= TIMELINE_MAX_EVENTS:
         return
-    step = profile.step
     names = [layer.name for layer in profile.layers]
     for worker in trace_workers:
         col = 0 if identical else worker

@@ -1,0 +1,193 @@
+"""What a parameter-server simulation measured: throughput, breakdown, utilization, bottleneck.
+
+Throughput: the sum over workers of batch * measured steps / (its last step end - its warm-up end);
+a run stopped early by its confidence interval (`sgdscale.fine.ps`, `precision`) reports instead
+the cluster's samples completed since every worker passed its warm-up over that time, with the
+interval.
+
+Breakdown (mean per worker step): compute_s = the worker's busy compute time; blocked = step -
+compute is time its forward waited for parameters; exposed_comm_s = the part of that the worker
+would see alone (`reference_blocked`: latency, transfer and update not hidden
+behind compute), per step min(blocked, that); wait_s = the rest: queueing behind other workers at
+server NICs and shards, and in sync PS waiting for the slowest worker's gradients (stragglers).
+
+Utilization is measured over the window in which every worker is past its warm-up and none has
+finished: worker compute (mean), each shard's update work, each server NIC (bytes carried /
+capacity), and the mean worker NIC up/down.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.topology import LEVEL_NIC, Topology
+from sgdscale.profile import Profile
+from sgdscale.result import Breakdown, Outcome
+from sgdscale.strategy import Strategy
+from sgdscale.variability import ComputeSampler
+
+if TYPE_CHECKING:
+    from sgdscale.fine.dag import PsPlan
+    from sgdscale.fine.ps import PsRun
+
+
+def utilization(run: PsRun) -> dict[str, float]:
+    """Busy fractions over the window in which every worker is past its warm-up and none has finished."""
+    start = run.snapshots.get("start")
+    stop = run.snapshots.get("first_done")
+    if start is None or stop is None or stop[0] <= start[0]:
+        start, stop = (0.0, [0.0] * run.n, [0.0] * run.plan.shards, [0.0] * len(run.push_net.cap),
+                       [0.0] * len(run.pull_net.cap)), run.snapshots["end"]
+    span = stop[0] - start[0]
+    if span <= 0:
+        return {}
+    n, shards = run.n, run.plan.shards
+    d = [[(b - a) for a, b in zip(x, y)] for x, y in zip(start[1:], stop[1:])]
+    compute, shard, push, pull = d
+    links = run.links
+    pcap, qcap = links.push_caps_Bps, links.pull_caps_Bps
+    out = {"worker compute": float(np.mean(compute)) / span}
+    for s in range(shards):
+        up, down = links.server_up[s], links.server_down[s]
+        out[f"server {s} update"] = shard[s] / span
+        out[f"server {s} NIC up"] = pull[up] / (qcap[up] * span)
+        out[f"server {s} NIC down"] = push[down] / (pcap[down] * span)
+    # A NIC shared by a node's devices counts once per device here; its utilization is the node's.
+    up_util = [push[links.worker_up[w]] / (pcap[links.worker_up[w]] * span) for w in range(n)]
+    down_util = [pull[links.worker_down[w]] / (qcap[links.worker_down[w]] * span) for w in range(n)]
+    out["worker NIC up (mean)"] = float(np.mean(up_util))
+    out["worker NIC down (mean)"] = float(np.mean(down_util))
+    run.worker_nic = [(w, up_util[w], down_util[w]) for w in range(n)]
+    return {k: min(v, 1.0) for k, v in out.items()}
+
+
+def outcome(run: PsRun, reference: list[float], strategy: Strategy) -> Outcome:
+    """The run's `Outcome`; `reference` is each worker's blocked time alone (`reference_blocked`)."""
+    n, warmup = run.n, run.warmup
+    batch = run.profile.batch_size
+    steps, compute, exposed, wait = [], [], [], []
+    throughput = 0.0
+    for w in range(n):
+        e = run.ends[w]
+        starts = [0.0] + e[:-1]
+        measured = [e[k] - starts[k] for k in range(warmup, len(e))]
+        steps.extend(measured)
+        if not run.stopped_early:
+            window = e[-1] - (e[warmup - 1] if warmup > 0 else 0.0)
+            throughput += batch * len(measured) / window if window > 0 else float("inf")
+        for c, blk in zip(run.step_compute[w], run.step_blocked[w]):
+            x = min(blk, reference[w])
+            compute.append(c)
+            exposed.append(x)
+            wait.append(blk - x)
+    if run.stopped_early:  # the cluster's rate since every worker passed its warm-up
+        throughput = batch * run.measured_steps / (run.end_s - run.measure_start_s)
+    breakdown = Breakdown(compute_s=float(np.mean(compute)), exposed_comm_s=float(np.mean(exposed)),
+                          wait_s=float(np.mean(wait)))
+    util = utilization(run)
+    step_mean = float(np.mean(steps))
+    bottleneck = _bottleneck(run, util, breakdown, step_mean, strategy)
+    return Outcome(
+        iteration_s=np.asarray(steps, dtype=float),
+        throughput=float(throughput),
+        breakdown=breakdown,
+        bottleneck=bottleneck,
+        utilization=util,
+        timeline=run.trace,
+        levels=_levels(run, util, step_mean),
+        limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
+        throughput_ci=run.throughput_ci,
+    )
+
+
+def _levels(run: PsRun, util: dict[str, float], step_s: float) -> dict[str, float]:
+    """Busy seconds per step of each level's busiest link or resource (one direction)."""
+    nic = max((max(up, down) for _, up, down in getattr(run, "worker_nic", [])), default=0.0)
+    server_nic = max((v for k, v in util.items() if k.startswith("server ") and "NIC" in k), default=0.0)
+    update = max((v for k, v in util.items() if k.endswith(" update")), default=0.0)
+    return {LEVEL_NIC: nic * step_s, "server NIC": server_nic * step_s, "server update": update * step_s}
+
+
+def _bottleneck(run: PsRun, util: dict[str, float], b: Breakdown, step_s: float, strategy: Strategy) -> str:
+    if step_s <= 0:
+        return "nothing to compute"
+    server = [(v, k) for k, v in util.items() if k.startswith("server ")]
+    top_v, top_k = max(server) if server else (0.0, "")
+    advice = {"update": "add servers (shards) or speed up the update",
+              "up": "add servers or server bandwidth", "down": "add servers or server bandwidth"}
+    if top_v >= 0.85:
+        what = top_k.replace("update", "update work").replace("NIC up", "NIC uplink").replace(
+            "NIC down", "NIC downlink")
+        return f"{what} is busy {top_v:.0%} of the time: {advice[top_k.split()[-1]]}"
+    nic = getattr(run, "worker_nic", [])
+    if nic:
+        w, up, down = max(nic, key=lambda x: max(x[1], x[2]))
+        if max(up, down) >= 0.85:
+            side = "uplink" if up >= down else "downlink"
+            return (f"worker {w} NIC {side} is busy {max(up, down):.0%} of the time: "
+                    "give the workers more bandwidth or push fewer bytes")
+    blocked = b.exposed_comm_s + b.wait_s
+    wait_frac, exposed_frac = b.wait_s / step_s, b.exposed_comm_s / step_s
+    if wait_frac >= 0.10 and wait_frac >= exposed_frac:
+        if run.sync and (not run.cluster.homogeneous or run.sampler.variable):
+            return (f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest worker's gradients "
+                    "before the servers can update")
+        return (f"contention: workers wait {wait_frac:.0%} of the step for parameters queued behind other "
+                f"workers' traffic ({top_k} busiest at {top_v:.0%}): add servers or bandwidth")
+    if exposed_frac >= 0.05:
+        return (f"communication: {exposed_frac:.0%} of each step waits for pushes, updates and pulls that "
+                "compute cannot hide (latency, transfer, update): more bandwidth, fewer messages "
+                "(--grouping buckets) or more servers")
+    if blocked / step_s < 0.05:
+        return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
+    return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
+
+
+def reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
+                      plan: PsPlan) -> list[float]:
+    """Per worker: blocked time per step with the servers and links to itself (mean compute): one
+    worker on its own NIC (its node's, not shared) and the run's shards on dedicated server NICs
+    (colocated shards: NICs like the node's). A worker's blocked time up to this is exposed
+    communication, the rest waiting."""
+    from sgdscale.fine.ps import run_ps  # the same simulation, one worker
+    memo: dict[tuple[float, float], float] = {}
+    out = []
+    server_bps = cluster.server_bandwidth_bps if topology.ps_placement == "dedicated" else cluster.bandwidth_bps
+    for w in range(cluster.workers):
+        key = (cluster.worker_scale(w), cluster.worker_bandwidth_bps(w))
+        if key not in memo:
+            solo = Cluster(1, bandwidth_bps=key[1], latency_s=cluster.latency_s, ps_count=plan.shards,
+                           ps_bandwidth_bps=server_bps, compute_scale=(key[0],))
+            # Same messages as the real run (grouping may depend on N), one worker; a measured
+            # network's scaling of every NIC carries over.
+            solo_topology = Topology(solo, topology.nic, nic_factor=topology.nic_factor)
+            sampler = ComputeSampler(profile, solo, seed=0, variability=False)
+            steps = 4
+            rows = np.zeros((steps, 1), dtype=np.intp)
+            solo_run = run_ps(profile, solo, solo_topology, plan, sampler, rows, strategy.kind == "ps-sync", 1)
+            memo[key] = float(np.mean(solo_run.step_blocked[0])) if solo_run.step_blocked[0] else 0.0
+        out.append(memo[key])
+    return out
+
+
+def batch_means_ci(batch_ends: list[float], samples_per_batch: float) -> tuple[float, float]:
+    """95% confidence interval of the throughput from consecutive batches of equal work ending at
+    `batch_ends` (the first entry is where the first batch began): a t interval on the mean batch
+    duration, inverted."""
+    durations = np.diff(batch_ends)
+    m = len(durations)
+    mean = float(durations.mean())
+    half = _t975(m - 1) * float(durations.std(ddof=1)) / math.sqrt(m)
+    low = samples_per_batch / (mean + half)
+    high = samples_per_batch / (mean - half) if mean > half else float("inf")
+    return low, high
+
+
+def _t975(dof: int) -> float:
+    """Student's t 97.5% quantile (Cornish-Fisher expansion; within 0.2% of the table for dof >= 9)."""
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
