@@ -5,8 +5,11 @@ Sweeps (sync all-reduce with per-iteration variability, the fast vectorized path
   per-tensor (161 collectives per step), 100 iterations after 10 warm-up;
 - layers 10..2,000 (synthetic profiles, one tensor per layer, per-tensor grouping), 1,024 workers;
 - iterations 10..1,000 at 1,024 workers on resnet50;
-and once the general discrete-event engine (parameter server, sgdscale.fine.des) for async PS with
-64 workers x 100 iterations, through the same `sgdscale.fine.simulate` entry point.
+once the parameter-server event simulation (sgdscale.fine.ps) for sync and async PS with 64 workers x
+100 iterations, exactly (every iteration simulated); and the async-PS curve (resnet50, 1 server,
+10 Gbit/s, per-tensor) against workers (64, 256, 1,024) and iterations, through the same
+`sgdscale.fine.simulate` entry point as `sgdscale predict` (which stops once the throughput's 95%
+confidence interval is within 1%), with the exact run beside it where it takes under a minute.
 
 Run it alone on the machine, single-threaded:
     flock /tmp/sgdscale-cpu.lock env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
@@ -74,6 +77,45 @@ def timed(profile: Profile, workers: int, strategy: Strategy, iterations: int, w
     }
 
 
+ASYNC_WORKERS = (64, 256, 1024)
+ASYNC_ITERATIONS = (10, 100, 1000)
+EXACT_BUDGET_STEPS = 30_000  # exact runs only up to this many worker steps (about a minute here)
+
+
+def async_run(profile: Profile, workers: int, iterations: int, precision: float | None, repeats: int) -> dict:
+    """Wall time of async PS (1 server, per-tensor) through `simulate`, with what it measured."""
+    times, outcome = [], None
+    for repeat in range(repeats):
+        began = time.perf_counter()
+        outcome = simulate(profile, Cluster(workers, ps_count=1), Strategy(kind="ps-async", grouping="per-tensor"),
+                           COMM, iterations=iterations, warmup=10, seed=repeat, precision=precision)
+        times.append(time.perf_counter() - began)
+    ci = outcome.throughput_ci
+    return {"model": profile.model, "workers": workers, "strategy": "ps-async", "ps_count": 1,
+            "grouping": "per-tensor", "iterations": iterations, "warmup": 10, "precision": precision,
+            "best_s": min(times), "median_s": statistics.median(times), "runs_s": times,
+            "throughput": outcome.throughput, "throughput_ci": list(ci) if ci else None,
+            "steps_measured": int(len(outcome.iteration_s)),
+            "predicted_step_s": float(np.mean(outcome.iteration_s))}
+
+
+def async_curve(profile: Profile) -> list[dict]:
+    """Async PS against workers (100 iterations) and iterations (256 workers): the default
+    (`precision` 1%) and, where affordable, exact."""
+    out = []
+    cases = [(w, 100) for w in ASYNC_WORKERS] + [(256, i) for i in ASYNC_ITERATIONS if i != 100]
+    for workers, iterations in cases:
+        for precision in (0.01, None):
+            if precision is None and workers * (iterations + 10) > EXACT_BUDGET_STEPS:
+                continue
+            repeats = 1 if precision is None or workers >= 1024 else REPEATS
+            out.append(async_run(profile, workers, iterations, precision, repeats))
+            r = out[-1]
+            print("async", workers, iterations, precision, f"{r['best_s']:.2f} s", f"{r['throughput']:.1f}/s",
+                  r["throughput_ci"], flush=True)
+    return out
+
+
 def hot_path_profile(profile: Profile) -> str:
     stats_out = io.StringIO()
     profiler = cProfile.Profile()
@@ -98,22 +140,19 @@ def main() -> int:
         rows["iterations"].append(timed(resnet, 1024, Strategy(grouping="per-tensor"), iterations))
         print("iterations", iterations, f"{rows['iterations'][-1]['best_s']:.4f} s", flush=True)
     des_error = None
-    try:
-        for kind in ("ps-async", "ps-sync"):
-            for shards in (1, 2):
-                for grouping in ("per-tensor", "buckets"):
-                    began = time.perf_counter()
-                    outcome = simulate(resnet, Cluster(64, ps_count=shards), Strategy(kind=kind, grouping=grouping),
-                                       COMM, iterations=100, warmup=10)
-                    elapsed = time.perf_counter() - began
-                    rows["des"].append({"model": resnet.model, "workers": 64, "strategy": kind, "ps_count": shards,
-                                        "grouping": grouping, "iterations": 100, "warmup": 10, "best_s": elapsed,
-                                        "median_s": elapsed, "runs_s": [elapsed],
-                                        "predicted_step_s": float(np.mean(outcome.iteration_s))})
-                    print(kind, shards, grouping, f"{elapsed:.3f} s", flush=True)
-    except Exception as error:  # the DES engine belongs to another part; record why it could not run
-        des_error = f"{type(error).__name__}: {error}"
-        print("DES:", des_error, flush=True)
+    for kind in ("ps-async", "ps-sync"):
+        for shards in (1, 2):
+            for grouping in ("per-tensor", "buckets"):
+                began = time.perf_counter()
+                outcome = simulate(resnet, Cluster(64, ps_count=shards), Strategy(kind=kind, grouping=grouping),
+                                   COMM, iterations=100, warmup=10, precision=None)
+                elapsed = time.perf_counter() - began
+                rows["des"].append({"model": resnet.model, "workers": 64, "strategy": kind, "ps_count": shards,
+                                    "grouping": grouping, "iterations": 100, "warmup": 10, "best_s": elapsed,
+                                    "median_s": elapsed, "runs_s": [elapsed],
+                                    "predicted_step_s": float(np.mean(outcome.iteration_s))})
+                print(kind, shards, grouping, f"{elapsed:.3f} s", flush=True)
+    rows["async"] = async_curve(resnet)
     profile_text = hot_path_profile(resnet)
     environment = {
         "python": sys.version.split()[0], "numpy": np.__version__, "platform": platform.platform(),
@@ -153,13 +192,26 @@ def markdown(rows: dict[str, list[dict]], environment: dict, des_error: str | No
     out += table(rows["layers"], "layers", "layers")
     out += ["", "## Iterations (resnet50, per-tensor grouping, 1,024 workers)", ""]
     out += table(rows["iterations"], "iterations", "iterations")
-    out += ["", "## Discrete-event engine (parameter server, resnet50, 64 workers, 100 iterations + 10 warm-up)", ""]
+    out += ["", "## Parameter-server simulation, exact (resnet50, 64 workers, 100 iterations + 10 warm-up)", ""]
     if rows["des"]:
         out += ["| strategy | shards | grouping | workers | iterations | time |", "|---|---:|---|---:|---:|---:|"]
         out += [f"| {r['strategy']} | {r.get('ps_count', 2)} | {r.get('grouping', 'buckets')} | {r['workers']} | "
                 f"{r['iterations']} | {r['best_s']:.3f} s |" for r in rows["des"]]
     else:
         out.append(f"not measured: {des_error}")
+    if rows.get("async"):
+        out += ["", "## Asynchronous PS against workers and iterations (resnet50, 1 server, 10 Gbit/s, per-tensor, "
+                "10 warm-up)", "",
+                "`precision` 0.01 is `sgdscale predict`'s default: the run stops once the throughput's 95% "
+                "confidence interval (batch means) is within 1%; `exact` simulates every iteration of every worker.",
+                "", "| workers | iterations | run | time (best) | median | throughput | 95% interval | worker steps |",
+                "|---:|---:|---|---:|---:|---:|---|---:|"]
+        for r in rows["async"]:
+            ci = r["throughput_ci"]
+            interval = f"{ci[0]:.1f} - {ci[1]:.1f}" if ci else "(all steps)"
+            run = "exact" if r["precision"] is None else f"precision {r['precision']:g}"
+            out.append(f"| {r['workers']} | {r['iterations']} | {run} | {r['best_s']:.2f} s | {r['median_s']:.2f} s | "
+                       f"{r['throughput']:.1f}/s | {interval} | {r['steps_measured']} |")
     out += ["", "## Hot path (cProfile, resnet50 per-tensor, 1,024 workers, 110 steps)", "", "```",
             profile_text.strip(), "```", ""]
     return "\n".join(out)

@@ -52,8 +52,6 @@ class Outcome:
     timeline: list[TraceEvent] | None = None
     levels: dict[str, float] = field(default_factory=dict)  # network level -> busy seconds per step
     limited_by: str = ""  # "compute", "stragglers" or a level of `levels`; derived when empty
-    # 95% confidence interval of `throughput` when a simulation stopped once it was tight enough
-    throughput_ci: tuple[float, float] | None = None
 
 
 def limiting_level(outcome: Outcome, step_s: float) -> str:

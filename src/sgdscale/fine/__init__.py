@@ -9,10 +9,7 @@ sharing, go to the event-driven simulation `sgdscale.fine.ps` (networks `sgdscal
 for cross-checks.
 
 Iterations: `warmup` steps are simulated first and discarded, then `iterations` steps are
-reported (Outcome.iteration_s has `iterations` samples per worker), unless a parameter-server run
-measures its throughput to `precision` (relative half-width of its 95% confidence interval) sooner:
-then it stops there and says so (`Outcome.throughput_ci`). All-reduce is exact in closed form and
-always runs every iteration.
+reported (Outcome.iteration_s has `iterations` samples per worker).
 """
 
 from __future__ import annotations
@@ -37,12 +34,8 @@ def check_step_counts(iterations: int, warmup: int) -> None:
         raise UserError(f"warm-up iterations must not be negative, got {warmup}")
 
 
-DEFAULT_PRECISION = 0.01
-
-
 def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
-             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False,
-             precision: float | None = DEFAULT_PRECISION) -> Outcome:
+             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
     """Fine-grained prediction of one cluster size (see the module docstring)."""
     check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":
@@ -53,7 +46,7 @@ def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommM
     from sgdscale.fine.ps import simulate_ps
 
     return simulate_ps(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
-                       variability=variability, timeline=timeline, precision=precision)
+                       variability=variability, timeline=timeline)
 
 
 __all__ = ["simulate"]

@@ -68,6 +68,7 @@ class StarNetwork(LinkNetwork):
         self._ready = False
         self._seq2 = itertools.count()
         self.switches = 0
+        self.on_done = self._done_handler()
 
     def add_connection(self, up: int, down: int) -> int:
         c = super().add_connection(up, down)
@@ -217,63 +218,76 @@ class StarNetwork(LinkNetwork):
             if not self._feasible((edge,)):
                 self._to_general(now)
 
-    def on_done(self, a: int, version: int, now: float) -> None:
-        if a >= 0:  # a per-connection event (general mode)
-            if not self.star:
-                LinkNetwork.on_done(self, a, version, now)
-                if not self.star and self.c_queue[a] and a in self.active:
-                    self.c_head_bytes[a] = self.c_queue[a][0][1]
-            return
-        hub = -1 - a
-        s_ver = self.s_ver
-        if not self.star or version != s_ver[hub]:
-            return
-        # The hot path of every parameter-server run (one event per message): written out inline.
-        old_rate = self.s_rate[hub]
-        dt = now - self.s_vt[hub]
-        v = self.s_v[hub]
-        if dt > 0.0:
-            v += old_rate * dt
-            self.s_v[hub] = v
-        self.s_vt[hub] = now
-        lheap = self.s_heap[hub]
-        conn = heapq.heappop(lheap)[2]
-        q = self.c_queue[conn]
-        _, nbytes, token, tag = q.popleft()
-        self.c_sent[conn] += nbytes
-        if self.on_transfer is not None:
-            self.on_transfer(conn, token, tag, self.c_start[conn], now)
-        gheap, gseq = self.queue.heap, self.queue.seq
-        if self.deliver is not None:
-            self.deliver(token, tag, now + self.alpha_s, now)
-        else:
-            heapq.heappush(gheap, (now + self.alpha_s, next(gseq), self.kind_deliver, token, tag))
-        if not self.star:  # a delivery handler that sent on this network switched it
-            return
-        if q and q[0][0] <= now:
-            # Backlogged: the next message starts at once; same count, same rate.
-            nb = q[0][1]
-            self.c_head_bytes[conn] = nb
-            self.c_fin[conn] = v + nb
-            self.c_start[conn] = now
-            heapq.heappush(lheap, (v + nb, next(self._seq2), conn))
-            ver = s_ver[hub] + 1
-            s_ver[hub] = ver
-            left = lheap[0][0] - v
-            if left < 0.0:
-                left = 0.0
-            heapq.heappush(gheap, (now + left / old_rate, next(gseq), self.kind_done, a, ver))
-            return
-        del self.active[conn]
-        self.s_k[hub] -= 1
-        if self.check:
-            self.edge_active[self.c_edge[conn]].remove(conn)
-        self._reschedule(hub, now)
-        if q:
-            self._head_arrived(conn, now)  # schedules its release (in the future)
-        if self.check and self.star and self.s_rate[hub] > old_rate and not self._feasible(
-                [self.c_edge[e[2]] for e in self.s_heap[hub]]):
-            self._to_general(now)
+    def _done_handler(self):
+        """`on_done`, as a closure over the state lists: the hot path of every parameter-server run
+        (one call per message), where reading each list from the instance cost 8% of a run
+        (benchmarks/predict_speed.py). Set as the instance's `on_done` in `__init__`."""
+        s_ver, s_rate, s_vt, s_v, s_k, s_heap = self.s_ver, self.s_rate, self.s_vt, self.s_v, self.s_k, self.s_heap
+        c_queue, c_sent, c_start, c_fin, c_head_bytes = self.c_queue, self.c_sent, self.c_start, self.c_fin, \
+            self.c_head_bytes
+        gheap, gseq, seq2 = self.queue.heap, self.queue.seq, self._seq2
+        kind_done, alpha_s, active = self.kind_done, self.alpha_s, self.active
+        heappush, heappop = heapq.heappush, heapq.heappop
+        general_done = LinkNetwork.on_done
+
+        def on_done(a: int, version: int, now: float) -> None:
+            if a >= 0:  # a per-connection event (general mode)
+                if not self.star:
+                    general_done(self, a, version, now)
+                    if not self.star and c_queue[a] and a in active:
+                        c_head_bytes[a] = c_queue[a][0][1]
+                return
+            hub = -1 - a
+            if version != s_ver[hub] or not self.star:
+                return
+            old_rate = s_rate[hub]
+            v = s_v[hub]
+            dt = now - s_vt[hub]
+            if dt > 0.0:
+                v += old_rate * dt
+                s_v[hub] = v
+            s_vt[hub] = now
+            lheap = s_heap[hub]
+            conn = heappop(lheap)[2]
+            q = c_queue[conn]
+            _, nbytes, token, tag = q.popleft()
+            c_sent[conn] += nbytes
+            if self.on_transfer is not None:
+                self.on_transfer(conn, token, tag, c_start[conn], now)
+            deliver = self.deliver
+            if deliver is not None:
+                deliver(token, tag, now + alpha_s, now)
+            else:
+                heappush(gheap, (now + alpha_s, next(gseq), self.kind_deliver, token, tag))
+            if not self.star:  # a delivery handler that sent on this network switched it
+                return
+            if q and q[0][0] <= now:
+                # Backlogged: the next message starts at once; same count, same rate.
+                nb = q[0][1]
+                c_head_bytes[conn] = nb
+                c_fin[conn] = v + nb
+                c_start[conn] = now
+                heappush(lheap, (v + nb, next(seq2), conn))
+                ver = s_ver[hub] + 1
+                s_ver[hub] = ver
+                left = lheap[0][0] - v
+                if left < 0.0:
+                    left = 0.0
+                heappush(gheap, (now + left / old_rate, next(gseq), kind_done, a, ver))
+                return
+            del active[conn]
+            s_k[hub] -= 1
+            check = self.check
+            if check:
+                self.edge_active[self.c_edge[conn]].remove(conn)
+            self._reschedule(hub, now)
+            if q:
+                self._head_arrived(conn, now)  # schedules its release (in the future)
+            if check and self.star and s_rate[hub] > old_rate and not self._feasible(
+                    [self.c_edge[e[2]] for e in lheap]):
+                self._to_general(now)
+
+        return on_done
 
     def reallocate(self, now: float) -> None:
         if self.star:

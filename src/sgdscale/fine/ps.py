@@ -49,13 +49,6 @@ Measurement: `warmup` steps per worker are simulated and discarded, then `iterat
 reported (one worker step = data + forward + backward, ending when its backward ends); throughput,
 breakdown and utilization are `sgdscale.fine.ps_accounting`'s, the timeline
 `sgdscale.fine.ps_trace`'s.
-
-Stopping early (`precision`): a large cluster measures its throughput long before every worker
-has done `iterations` steps (1,024 workers x 100 steps are 102,400 samples of one steady state).
-Once every worker is past its warm-up, the run is cut into batches of max(N, 50) consecutive worker
-steps; the throughput of the batches (batch means) gives a 95% confidence interval, and the run
-stops when its half-width is within `precision` of the mean, after at least `MIN_BATCHES` batches
-and `MIN_MEASURED_STEPS` worker steps (so small runs always run in full, and stay exact).
 """
 
 from __future__ import annotations
@@ -72,7 +65,7 @@ from sgdscale.fine.dag import PsPlan, ps_plan
 from sgdscale.fine.events import PULL_KINDS, PUSH_KINDS, Kind
 from sgdscale.fine.hubs import StarNetwork
 from sgdscale.fine.links import EventQueue, LinkNetwork
-from sgdscale.fine.ps_accounting import batch_means_ci, outcome, reference_blocked
+from sgdscale.fine.ps_accounting import outcome, reference_blocked
 from sgdscale.fine.ps_trace import PsTrace
 from sgdscale.grouping import ready_offsets_s
 from sgdscale.profile import Profile
@@ -80,16 +73,10 @@ from sgdscale.result import Outcome
 from sgdscale.strategy import Strategy
 from sgdscale.variability import ComputeSampler
 
-MIN_BATCHES = 10
-MIN_MEASURED_STEPS = 2000
-MIN_BATCH_STEPS = 50
-
-
 def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                 iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
-                timeline: bool = False, precision: float | None = None) -> Outcome:
-    """Simulate `warmup + iterations` steps of every worker, or fewer with `precision` (see the
-    module docstring)."""
+                timeline: bool = False) -> Outcome:
+    """Simulate `warmup + iterations` steps of every worker (see the module docstring)."""
     check_step_counts(iterations, warmup)
     if not strategy.uses_servers:
         raise ValueError(f"simulate_ps runs parameter servers, not '{strategy.kind}'")
@@ -98,19 +85,17 @@ def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
     rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
-    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline,
-                 precision=precision)
+    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
     reference = reference_blocked(profile, cluster, strategy, topology, plan)
     return outcome(sim, reference, strategy)
 
 
 def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan: PsPlan, sampler: ComputeSampler,
-           rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True,
-           precision: float | None = None) -> PsRun:
+           rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> PsRun:
     """Run a parameter-server simulation, with the star shortcut for the server NICs where it holds
     (`star=False`: the general max-min network throughout, for tests)."""
     sim = PsRun(profile, cluster, Topology.of(cluster, comm), plan, sampler, rows, sync, warmup, trace=trace,
-                star=star, precision=precision)
+                star=star)
     sim.run()
     return sim
 
@@ -144,7 +129,7 @@ class PsRun:
 
     def __init__(self, profile: Profile, cluster: Cluster, topology: Topology, plan: PsPlan,
                  sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int, trace: bool = False,
-                 star: bool = True, precision: float | None = None) -> None:
+                 star: bool = True) -> None:
         self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
         self.rows = rows.tolist()
         self.total = rows.shape[0]
@@ -179,9 +164,6 @@ class PsRun:
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.recorder = PsTrace(self) if trace else None
         self.snapshots: dict[str, tuple] = {}
-        self.precision = precision
-        self.throughput_ci: tuple[float, float] | None = None  # set when the run stopped early
-        self.stopped_early = False
 
     @property
     def trace(self) -> list | None:
@@ -200,6 +182,7 @@ class PsRun:
         get_tab = self.tables.get
         push_net, pull_net = self.push_net, self.pull_net
         push_send, pull_send = push_net.send, pull_net.send
+        push_done, pull_done = push_net.on_done, pull_net.on_done
         push_conn, pull_conn = self.push_conn, self.pull_conn
         heap = self.q.heap
         seq = self.q.seq
@@ -235,15 +218,6 @@ class PsRun:
         finished = 0
         snapshot = self._snapshot
         state = (busy, cend, sfree, sbusy)
-        # Batch means (see the module docstring): worker steps measured since every worker passed
-        # its warm-up, and the times at which each batch of them was complete.
-        precision = self.precision
-        batch = self.profile.batch_size
-        batch_steps = max(n, MIN_BATCH_STEPS)
-        measuring = warmup == 0
-        measured = 0
-        next_batch = batch_steps
-        batch_ends: list[float] = [0.0] if measuring else []
         if warmup == 0:
             self.snapshots["start"] = snapshot(0.0, *state)
         last_release = [[0.0] * shards for _ in range(n)]
@@ -345,9 +319,12 @@ class PsRun:
             """Worker w's gradient message m of iteration k reaches its shard at `arrival`."""
             w, m = divmod(token, M)
             s = msg_shard[m]
-            pushed[w][s] += 1
-            if pushed[w][s] == per_shard[s]:  # w's last push of step k to s: its notice follows
-                pushed[w][s] = 0
+            pw = pushed[w]
+            count = pw[s] + 1
+            if count < per_shard[s]:
+                pw[s] = count
+            else:  # w's last push of step k to s: its notice follows
+                pw[s] = 0
                 notice_k[w][s] = k
                 notice_t[w][s] = arrival
                 waiting_pulls = held[w][s]
@@ -412,9 +389,9 @@ class PsRun:
                 break
             now, _, kind, a, b = heappop(heap)
             if kind == PUSH_DONE:
-                push_net.on_done(a, b, now)
+                push_done(a, b, now)
             elif kind == PULL_DONE:
-                pull_net.on_done(a, b, now)
+                pull_done(a, b, now)
             elif kind == PUSH_RELEASE:
                 push_net.on_release(a, now)
             elif kind == PULL_RELEASE:
@@ -427,25 +404,10 @@ class PsRun:
                     t = tab[w]
                     step_compute[w].append(t[0] + t[1][L] + t[2])
                     step_blocked[w].append(blocked[w])
-                if k >= warmup and measuring:
-                    measured += 1
-                    if measured == next_batch:
-                        next_batch += batch_steps
-                        batch_ends.append(now)
-                        if (precision is not None and measured >= MIN_MEASURED_STEPS
-                                and len(batch_ends) > MIN_BATCHES):
-                            ci = batch_means_ci(batch_ends, batch_steps * batch)
-                            if ci[1] - ci[0] <= 2 * precision * measured * batch / (now - batch_ends[0]):
-                                self.throughput_ci = ci
-                                self.stopped_early = True
-                                self.snapshots["first_done"] = snapshot(now, *state)
-                                break
                 if k + 1 == warmup:
                     past_warmup += 1
                     if past_warmup == n:
                         self.snapshots["start"] = snapshot(now, *state)
-                        measuring = True
-                        batch_ends.append(now)
                 if k + 1 < total:
                     start_step(w, k + 1, now)
                 else:
@@ -455,8 +417,6 @@ class PsRun:
         self.end_s = now
         self.snapshots["end"] = snapshot(now, *state)
         self.ends, self.step_compute, self.step_blocked = ends, step_compute, step_blocked
-        self.measured_steps = measured
-        self.measure_start_s = batch_ends[0] if batch_ends else now
 
     def _snapshot(self, now: float, busy, cend, sfree, sbusy) -> tuple:
         """Busy compute per worker and per shard and bytes per link up to `now` (for utilization)."""

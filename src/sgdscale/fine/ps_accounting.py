@@ -1,9 +1,6 @@
 """What a parameter-server simulation measured: throughput, breakdown, utilization, bottleneck.
 
-Throughput: the sum over workers of batch * measured steps / (its last step end - its warm-up end);
-a run stopped early by its confidence interval (`sgdscale.fine.ps`, `precision`) reports instead
-the cluster's samples completed since every worker passed its warm-up over that time, with the
-interval.
+Throughput: the sum over workers of batch * measured steps / (its last step end - its warm-up end).
 
 Breakdown (mean per worker step): compute_s = the worker's busy compute time; blocked = step -
 compute is time its forward waited for parameters; exposed_comm_s = the part of that the worker
@@ -18,7 +15,6 @@ capacity), and the mean worker NIC up/down.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -76,16 +72,13 @@ def outcome(run: PsRun, reference: list[float], strategy: Strategy) -> Outcome:
         starts = [0.0] + e[:-1]
         measured = [e[k] - starts[k] for k in range(warmup, len(e))]
         steps.extend(measured)
-        if not run.stopped_early:
-            window = e[-1] - (e[warmup - 1] if warmup > 0 else 0.0)
-            throughput += batch * len(measured) / window if window > 0 else float("inf")
+        window = e[-1] - (e[warmup - 1] if warmup > 0 else 0.0)
+        throughput += batch * len(measured) / window if window > 0 else float("inf")
         for c, blk in zip(run.step_compute[w], run.step_blocked[w]):
             x = min(blk, reference[w])
             compute.append(c)
             exposed.append(x)
             wait.append(blk - x)
-    if run.stopped_early:  # the cluster's rate since every worker passed its warm-up
-        throughput = batch * run.measured_steps / (run.end_s - run.measure_start_s)
     breakdown = Breakdown(compute_s=float(np.mean(compute)), exposed_comm_s=float(np.mean(exposed)),
                           wait_s=float(np.mean(wait)))
     util = utilization(run)
@@ -100,7 +93,6 @@ def outcome(run: PsRun, reference: list[float], strategy: Strategy) -> Outcome:
         timeline=run.trace,
         levels=_levels(run, util, step_mean),
         limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
-        throughput_ci=run.throughput_ci,
     )
 
 
@@ -172,22 +164,3 @@ def reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, to
             memo[key] = float(np.mean(solo_run.step_blocked[0])) if solo_run.step_blocked[0] else 0.0
         out.append(memo[key])
     return out
-
-
-def batch_means_ci(batch_ends: list[float], samples_per_batch: float) -> tuple[float, float]:
-    """95% confidence interval of the throughput from consecutive batches of equal work ending at
-    `batch_ends` (the first entry is where the first batch began): a t interval on the mean batch
-    duration, inverted."""
-    durations = np.diff(batch_ends)
-    m = len(durations)
-    mean = float(durations.mean())
-    half = _t975(m - 1) * float(durations.std(ddof=1)) / math.sqrt(m)
-    low = samples_per_batch / (mean + half)
-    high = samples_per_batch / (mean - half) if mean > half else float("inf")
-    return low, high
-
-
-def _t975(dof: int) -> float:
-    """Student's t 97.5% quantile (Cornish-Fisher expansion; within 0.2% of the table for dof >= 9)."""
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
