@@ -18,8 +18,8 @@ then ends its step at max(end_last, backward_end_w) + optimizer_w. Per iteration
 over workers for every group plus O(groups) work. Workers that drew the same measured iteration
 at the same speed factor share their group-ready offsets, so that max runs over those few classes
 (latest backward start per class, then classes x groups) instead of workers x groups: 1,024
-workers x 100 iterations of a ResNet-50 cost well under a second (benchmarks/predict_speed.py). The general engine
-(sgdscale.fine.des) is checked against this in a test. With N identical workers and no
+workers x 100 iterations of a ResNet-50 cost well under a second (benchmarks/predict_speed.py). An event-driven
+oracle of the same DAG (tests/des_oracle.py) is checked against this in a test. With N identical workers and no
 variability one worker is simulated.
 
 Deterministic, per-layer grouping: the step equals the WFBP recurrence of §2.2 plus data, copy and
