@@ -6,10 +6,10 @@ Sweeps (sync all-reduce with per-iteration variability, the fast vectorized path
 - layers 10..2,000 (synthetic profiles, one tensor per layer, per-tensor grouping), 1,024 workers;
 - iterations 10..1,000 at 1,024 workers on resnet50;
 once the parameter-server event simulation (sgdscale.fine.ps) for sync and async PS with 64 workers x
-100 iterations, exactly (every iteration simulated); and the async-PS curve (resnet50, 1 server,
-10 Gbit/s, per-tensor) against workers (64, 256, 1,024) and iterations, through the same
-`sgdscale.fine.simulate` entry point as `sgdscale predict` (which stops once the throughput's 95%
-confidence interval is within 1%), with the exact run beside it where it takes under a minute.
+100 iterations; the async-PS curve (resnet50, 1 server, 10 Gbit/s, per-tensor) against workers
+(64, 256, 1,024) and iterations (10, 100, 300), with the predicted throughput, all through the same
+`sgdscale.fine.simulate` entry point as `sgdscale predict`; and the interpreter's floor for an
+event simulation: one heap push, one pop and one handler call per event.
 
 Run it alone on the machine, single-threaded:
     flock /tmp/sgdscale-cpu.lock env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
@@ -78,42 +78,57 @@ def timed(profile: Profile, workers: int, strategy: Strategy, iterations: int, w
 
 
 ASYNC_WORKERS = (64, 256, 1024)
-ASYNC_ITERATIONS = (10, 100, 1000)
-EXACT_BUDGET_STEPS = 30_000  # exact runs only up to this many worker steps (about a minute here)
+ASYNC_ITERATIONS = (10, 100, 300)
 
 
-def async_run(profile: Profile, workers: int, iterations: int, precision: float | None, repeats: int) -> dict:
-    """Wall time of async PS (1 server, per-tensor) through `simulate`, with what it measured."""
-    times, outcome = [], None
+def async_run(profile: Profile, workers: int, iterations: int, repeats: int) -> dict:
+    """Wall time of async PS (1 server, per-tensor) through `simulate`, with what it predicted."""
+    times, cpu, outcome = [], [], None
     for repeat in range(repeats):
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         outcome = simulate(profile, Cluster(workers, ps_count=1), Strategy(kind="ps-async", grouping="per-tensor"),
-                           COMM, iterations=iterations, warmup=10, seed=repeat, precision=precision)
+                           COMM, iterations=iterations, warmup=10, seed=repeat)
         times.append(time.perf_counter() - began)
-    ci = outcome.throughput_ci
+        cpu.append(time.process_time() - began_cpu)
+    messages = workers * (iterations + 10) * 2 * len(profile.tensors)
     return {"model": profile.model, "workers": workers, "strategy": "ps-async", "ps_count": 1,
-            "grouping": "per-tensor", "iterations": iterations, "warmup": 10, "precision": precision,
-            "best_s": min(times), "median_s": statistics.median(times), "runs_s": times,
-            "throughput": outcome.throughput, "throughput_ci": list(ci) if ci else None,
-            "steps_measured": int(len(outcome.iteration_s)),
+            "grouping": "per-tensor", "iterations": iterations, "warmup": 10, "best_s": min(times),
+            "median_s": statistics.median(times), "runs_s": times, "cpu_s": cpu, "messages": messages,
+            "us_per_message": 1e6 * min(cpu) / messages, "throughput": outcome.throughput,
             "predicted_step_s": float(np.mean(outcome.iteration_s))}
 
 
 def async_curve(profile: Profile) -> list[dict]:
-    """Async PS against workers (100 iterations) and iterations (256 workers): the default
-    (`precision` 1%) and, where affordable, exact."""
+    """Async PS against workers (100 iterations) and iterations (64 workers)."""
     out = []
-    cases = [(w, 100) for w in ASYNC_WORKERS] + [(256, i) for i in ASYNC_ITERATIONS if i != 100]
+    cases = [(w, 100) for w in ASYNC_WORKERS] + [(64, i) for i in ASYNC_ITERATIONS if i != 100]
     for workers, iterations in cases:
-        for precision in (0.01, None):
-            if precision is None and workers * (iterations + 10) > EXACT_BUDGET_STEPS:
-                continue
-            repeats = 1 if precision is None or workers >= 1024 else REPEATS
-            out.append(async_run(profile, workers, iterations, precision, repeats))
-            r = out[-1]
-            print("async", workers, iterations, precision, f"{r['best_s']:.2f} s", f"{r['throughput']:.1f}/s",
-                  r["throughput_ci"], flush=True)
+        out.append(async_run(profile, workers, iterations, REPEATS if workers * iterations <= 6400 else 1))
+        r = out[-1]
+        print("async", workers, iterations, f"{r['best_s']:.2f} s", f"{r['us_per_message']:.2f} us/message",
+              f"{r['throughput']:.1f}/s", flush=True)
     return out
+
+
+def event_floor_us(events: int = 2_000_000, heap_size: int = 1000) -> float:
+    """CPU microseconds per event of the barest event loop: pop, dispatch to a call, push."""
+    import heapq
+    import itertools
+
+    def handler(a: int, b: int, now: float) -> None:
+        return None
+
+    heap: list = []
+    seq = itertools.count()
+    for i in range(heap_size):
+        heapq.heappush(heap, (i * 1e-3, next(seq), 0, i, 0))
+    began = time.process_time()
+    for _ in range(events):
+        now, _, kind, a, b = heapq.heappop(heap)
+        if kind == 0:
+            handler(a, b, now)
+        heapq.heappush(heap, (now + 1.0, next(seq), 0, a, b))
+    return 1e6 * (time.process_time() - began) / events
 
 
 def hot_path_profile(profile: Profile) -> str:
@@ -145,7 +160,7 @@ def main() -> int:
             for grouping in ("per-tensor", "buckets"):
                 began = time.perf_counter()
                 outcome = simulate(resnet, Cluster(64, ps_count=shards), Strategy(kind=kind, grouping=grouping),
-                                   COMM, iterations=100, warmup=10, precision=None)
+                                   COMM, iterations=100, warmup=10)
                 elapsed = time.perf_counter() - began
                 rows["des"].append({"model": resnet.model, "workers": 64, "strategy": kind, "ps_count": shards,
                                     "grouping": grouping, "iterations": 100, "warmup": 10, "best_s": elapsed,
@@ -153,6 +168,8 @@ def main() -> int:
                                     "predicted_step_s": float(np.mean(outcome.iteration_s))})
                 print(kind, shards, grouping, f"{elapsed:.3f} s", flush=True)
     rows["async"] = async_curve(resnet)
+    rows["event_floor_us"] = [event_floor_us() for _ in range(REPEATS)]
+    print("event floor", rows["event_floor_us"], flush=True)
     profile_text = hot_path_profile(resnet)
     environment = {
         "python": sys.version.split()[0], "numpy": np.__version__, "platform": platform.platform(),
@@ -160,6 +177,7 @@ def main() -> int:
         "threads": {var: os.environ.get(var) for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")},
         "repeats": REPEATS, "comm": "ring all-reduce, 10 Gbit/s, 20 us",
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "load_average_at_end": list(os.getloadavg()),  # other work on the machine inflates wall times
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_json_atomic(RESULTS / "predict_speed.json", {"environment": environment, "results": rows,
@@ -202,16 +220,17 @@ def markdown(rows: dict[str, list[dict]], environment: dict, des_error: str | No
     if rows.get("async"):
         out += ["", "## Asynchronous PS against workers and iterations (resnet50, 1 server, 10 Gbit/s, per-tensor, "
                 "10 warm-up)", "",
-                "`precision` 0.01 is `sgdscale predict`'s default: the run stops once the throughput's 95% "
-                "confidence interval (batch means) is within 1%; `exact` simulates every iteration of every worker.",
-                "", "| workers | iterations | run | time (best) | median | throughput | 95% interval | worker steps |",
-                "|---:|---:|---|---:|---:|---:|---|---:|"]
+                "Every iteration of every worker is simulated (two messages per gradient tensor per step: push and "
+                "pull). CPU time per message is the run's CPU time over its messages.", "",
+                "| workers | iterations | time (best) | median | CPU per message | messages | predicted throughput |",
+                "|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows["async"]:
-            ci = r["throughput_ci"]
-            interval = f"{ci[0]:.1f} - {ci[1]:.1f}" if ci else "(all steps)"
-            run = "exact" if r["precision"] is None else f"precision {r['precision']:g}"
-            out.append(f"| {r['workers']} | {r['iterations']} | {run} | {r['best_s']:.2f} s | {r['median_s']:.2f} s | "
-                       f"{r['throughput']:.1f}/s | {interval} | {r['steps_measured']} |")
+            out.append(f"| {r['workers']} | {r['iterations']} | {r['best_s']:.2f} s | {r['median_s']:.2f} s | "
+                       f"{r['us_per_message']:.2f} us | {r['messages']:,} | {r['throughput']:.1f}/s |")
+    if rows.get("event_floor_us"):
+        floor = rows["event_floor_us"]
+        out += ["", f"Interpreter floor, one heap pop + handler call + heap push per event (heap of 1,000): "
+                f"{min(floor):.2f} us (best of {len(floor)}: {', '.join(f'{x:.2f}' for x in floor)})."]
     out += ["", "## Hot path (cProfile, resnet50 per-tensor, 1,024 workers, 110 steps)", "", "```",
             profile_text.strip(), "```", ""]
     return "\n".join(out)
