@@ -263,17 +263,13 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         write_json_atomic(json_path, prediction.to_json())
         console.print(f"prediction written to {json_path}")
     if plot_path:
-        try:
-            from sgdscale.report.plot import plot_prediction
-        except ImportError:
-            raise UserError("plotting is not part of this build; drop --plot") from None
+        from sgdscale.report.plot import plot_prediction
+
         plot_prediction(prediction, plot_path)
         console.print(f"plot written to {plot_path}")
     if trace_path:
-        try:
-            from sgdscale.report.trace import write_chrome_trace
-        except ImportError:
-            raise UserError("timeline export is not part of this build; drop --trace") from None
+        from sgdscale.report.trace import write_chrome_trace
+
         traced = [r for r in prediction.results if r.timeline]
         if not traced:
             raise UserError("no method produced a timeline for this strategy; try --method fine")

@@ -4,8 +4,8 @@ Every worker's step is the DAG of its elementary operations (data + copy, forwar
 backward per layer, one push per gradient message, the server's update, one pull per message);
 the simulator runs that DAG for every worker and iteration on shared resources:
 
-- each worker's compute: one FIFO resource (data, forward layers, backward layers, and, for
-  all-reduce, the optimizer);
+- each worker's compute: one FIFO resource (data, forward layers, backward layers; the servers
+  run the optimizer);
 - NIC links, laid out by the topology (`sgdscale.comm.topology.Topology.ps_links`): with one
   device per node and dedicated servers every worker and every server shard has a full-duplex
   NIC, an uplink and a downlink; with several devices per node they share their node's NIC, and
@@ -68,9 +68,9 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
-from sgdscale.fine.events import PULL_KINDS, PUSH_KINDS, Kind
+from sgdscale.fine.events import PULL_KINDS, PUSH_KINDS, EventQueue, Kind
 from sgdscale.fine.hubs import StarNetwork
-from sgdscale.fine.links import EventQueue, LinkNetwork
+from sgdscale.fine.links import LinkNetwork
 from sgdscale.fine.ps_accounting import outcome, reference_blocked
 from sgdscale.fine.ps_trace import PsTrace
 from sgdscale.grouping import ready_offsets_s
@@ -78,6 +78,7 @@ from sgdscale.profile import Profile
 from sgdscale.result import Outcome
 from sgdscale.strategy import Strategy
 from sgdscale.variability import ComputeSampler
+
 
 def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                 iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
