@@ -131,4 +131,4 @@ def one_cluster_size(counts: list[int], what: str) -> None:
     one cluster, so they fix the worker count; a range or list of counts is a user error."""
     if len(set(counts)) != 1:
         raise UserError(f"{what} describes one cluster, so it fixes the worker count; give a single count "
-                        "(--workers N or --nodes N), not several")
+                        "(--workers N or --nodes N), not a range or list")
