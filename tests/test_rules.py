@@ -102,3 +102,12 @@ def test_the_prediction_core_imports_no_runtime_and_no_torch():
     for path in core:
         for name in _imports(path):
             assert not name.startswith(("torch", "sgdscale.runtime", "sgdscale.profiling")), (path.name, name)
+
+
+def test_every_network_model_implements_the_protocol():
+    from sgdscale.fine.events import EventQueue, NetworkModel
+    from sgdscale.fine.hubs import StarNetwork
+    from sgdscale.fine.links import LinkNetwork
+
+    for cls in (LinkNetwork, StarNetwork):
+        assert isinstance(cls(EventQueue(), [1.0, 2.0], 0.0), NetworkModel)

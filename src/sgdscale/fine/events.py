@@ -12,7 +12,7 @@ import heapq
 import itertools
 from collections.abc import Callable
 from enum import IntEnum
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 
 class Kind(IntEnum):
@@ -61,6 +61,7 @@ DeliverFn = Callable[[int, int, float, float], None]
 TransferFn = Callable[[int, int, int, float, float], None]
 
 
+@runtime_checkable
 class NetworkModel(Protocol):
     """What a loop needs from a network of links (`sgdscale.fine.links.LinkNetwork`,
     `sgdscale.fine.hubs.StarNetwork`).
