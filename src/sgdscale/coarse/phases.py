@@ -1,10 +1,12 @@
-"""Inputs of the coarse model, read from the profile: compute distributions, E[max], groups, shards.
+"""Inputs of the coarse model, read from the profile: compute distributions, E[max], shard loads.
 
 Compute before the barrier ("pre" = data + host-to-device + forward + backward) is the random part
-of a step. Its per-iteration samples are the rows of the fine predictor's `ComputeSampler`
-(per-layer samples summed per iteration; else the mean profile scaled by the whole-step samples'
-shape; else deterministic), so both methods read the measurements alike. Each worker i runs
-`cluster.worker_scale(i)` times slower; workers are independent.
+of a step. Its per-iteration samples are the rows of `sgdscale.variability.ComputeSampler`, which
+the fine method draws from too (per-layer samples summed per iteration; else the mean profile
+scaled by the whole-step samples' shape; else deterministic), so both methods read the
+measurements alike. Each worker i runs `cluster.worker_scale(i)` times slower; workers are
+independent. Gradient groups and tensor placement are the shared rules of `sgdscale.grouping` and
+`sgdscale.placement`; this package imports nothing of the fine method.
 """
 
 from __future__ import annotations
