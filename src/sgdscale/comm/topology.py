@@ -55,8 +55,8 @@ from sgdscale.comm.network import AlphaBeta
 
 from sgdscale.strategy import ALLREDUCE_SCHEMES as SCHEMES
 from sgdscale.strategy import PS_PLACEMENTS
-LEVEL_INTRA = "intra-node link"
-LEVEL_NIC = "NIC"
+from sgdscale.bottleneck import LEVEL_INTRA, LEVEL_NIC  # noqa: F401  (the level names; re-exported)
+
 AUTO_LINE_BYTES = 25 * 1024 * 1024  # DDP's bucket cap: the size MG-WFBP merges towards
 
 

@@ -73,6 +73,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale import bottleneck as words
 from sgdscale.comm.topology import LEVEL_NIC, Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -457,17 +458,17 @@ class _PsRun:
         compute, shard, push, pull = d
         links = self.links
         pcap, qcap = links.push_caps_Bps, links.pull_caps_Bps
-        out = {"worker compute": float(np.mean(compute)) / span}
+        out = {words.COMPUTE: float(np.mean(compute)) / span}
         for s in range(shards):
             up, down = links.server_up[s], links.server_down[s]
-            out[f"server {s} update"] = shard[s] / span
-            out[f"server {s} NIC up"] = pull[up] / (qcap[up] * span)
-            out[f"server {s} NIC down"] = push[down] / (pcap[down] * span)
+            out[words.server_update(s)] = shard[s] / span
+            out[words.server_nic_out(s)] = pull[up] / (qcap[up] * span)
+            out[words.server_nic_in(s)] = push[down] / (pcap[down] * span)
         # A NIC shared by a node's devices counts once per device here; its utilization is the node's.
         up_util = [push[links.worker_up[w]] / (pcap[links.worker_up[w]] * span) for w in range(n)]
         down_util = [pull[links.worker_down[w]] / (qcap[links.worker_down[w]] * span) for w in range(n)]
-        out["worker NIC up (mean)"] = float(np.mean(up_util))
-        out["worker NIC down (mean)"] = float(np.mean(down_util))
+        out[words.WORKER_NIC_OUT] = max(up_util, default=0.0)  # the busiest worker's, as both methods report
+        out[words.WORKER_NIC_IN] = max(down_util, default=0.0)
         self._worker_nic = [(w, up_util[w], down_util[w]) for w in range(n)]
         return {k: min(v, 1.0) for k, v in out.items()}
 
@@ -492,7 +493,7 @@ class _PsRun:
                               wait_s=float(np.mean(wait)))
         util = self.utilization()
         step_mean = float(np.mean(steps))
-        bottleneck = self._bottleneck(util, breakdown, step_mean, strategy)
+        limited_by, bottleneck = self._describe(util, breakdown, step_mean)
         return Outcome(
             iteration_s=np.asarray(steps, dtype=float),
             throughput=float(throughput),
@@ -501,7 +502,7 @@ class _PsRun:
             utilization=util,
             timeline=self.trace,
             levels=self._levels(util, step_mean),
-            limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
+            limited_by=limited_by,
         )
 
     def _levels(self, util: dict[str, float], step_s: float) -> dict[str, float]:
@@ -511,39 +512,12 @@ class _PsRun:
         update = max((v for k, v in util.items() if k.endswith(" update")), default=0.0)
         return {LEVEL_NIC: nic * step_s, "server NIC": server_nic * step_s, "server update": update * step_s}
 
-    def _bottleneck(self, util: dict[str, float], b: Breakdown, step_s: float, strategy: Strategy) -> str:
-        if step_s <= 0:
-            return "nothing to compute"
-        server = [(v, k) for k, v in util.items() if k.startswith("server ")]
-        top_v, top_k = max(server) if server else (0.0, "")
-        advice = {"update": "add servers (shards) or speed up the update",
-                  "up": "add servers or server bandwidth", "down": "add servers or server bandwidth"}
-        if top_v >= 0.85:
-            what = top_k.replace("update", "update work").replace("NIC up", "NIC uplink").replace(
-                "NIC down", "NIC downlink")
-            return f"{what} is busy {top_v:.0%} of the time: {advice[top_k.split()[-1]]}"
-        nic = getattr(self, "_worker_nic", [])
-        if nic:
-            w, up, down = max(nic, key=lambda x: max(x[1], x[2]))
-            if max(up, down) >= 0.85:
-                side = "uplink" if up >= down else "downlink"
-                return (f"worker {w} NIC {side} is busy {max(up, down):.0%} of the time: "
-                        "give the workers more bandwidth or push fewer bytes")
-        blocked = b.exposed_comm_s + b.wait_s
-        wait_frac, exposed_frac = b.wait_s / step_s, b.exposed_comm_s / step_s
-        if wait_frac >= 0.10 and wait_frac >= exposed_frac:
-            if self.sync and (not self.cluster.homogeneous or self.sampler.variable):
-                return (f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest worker's gradients "
-                        "before the servers can update")
-            return (f"contention: workers wait {wait_frac:.0%} of the step for parameters queued behind other "
-                    f"workers' traffic ({top_k} busiest at {top_v:.0%}): add servers or bandwidth")
-        if exposed_frac >= 0.05:
-            return (f"communication: {exposed_frac:.0%} of each step waits for pushes, updates and pulls that "
-                    "compute cannot hide (latency, transfer, update): more bandwidth, fewer messages "
-                    "(--grouping buckets) or more servers")
-        if blocked / step_s < 0.05:
-            return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
-        return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
+    def _describe(self, util: dict[str, float], b: Breakdown, step_s: float) -> tuple[str, str]:
+        """(limited_by, sentence) from the shared describer (sgdscale.bottleneck)."""
+        return words.describe(words.Evidence(
+            workers=self.n, sync=self.sync, step_s=step_s, breakdown=b, utilization=util,
+            levels=self._levels(util, step_s), communication=words.ps_words(float(self.profile.gradient_bytes)),
+            compute_scale=self.cluster.compute_scale, variable=self.sampler.variable))
 
     # --- timeline -------------------------------------------------------------------------------
     def _room(self) -> bool:
@@ -631,7 +605,8 @@ def _reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, t
 
 def _simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, iterations: int,
                         warmup: int, seed: int, variability: bool, timeline: bool) -> Outcome:
-    from sgdscale.fine.allreduce import _straggler_limited, collective_times_s, describe_bottleneck
+    from sgdscale.bottleneck import describe_allreduce
+    from sgdscale.fine.allreduce import collective_times_s
     from sgdscale.grouping import group_gradients
 
     n = cluster.workers
@@ -729,17 +704,17 @@ def _simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, 
     comp_m = float(np.mean(compute_mean[warmup:]))
     exp_m = float(np.mean(exposed[warmup:]))
     breakdown = Breakdown(compute_s=comp_m, exposed_comm_s=exp_m, wait_s=max(step_mean - comp_m - exp_m, 0.0))
-    costs_arr = np.array(costs)
-    util = {"compute": comp_m / step_mean if step_mean > 0 else 0.0,
-            "network": float(costs_arr.sum()) / step_mean if step_mean > 0 else 0.0}
+    limited_by, bottleneck, util = describe_allreduce(
+        workers=n, step_s=step_mean, breakdown=breakdown, levels=levels, topology=topology,
+        grouping=strategy.grouping, sizes_bytes=[g.bytes for g in groups], comm_s=float(sum(costs)),
+        compute_scale=cluster.compute_scale, variable=sampler.variable)
     return Outcome(
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean if step_mean > 0 else float("inf"),
         breakdown=breakdown,
-        bottleneck=describe_bottleneck(profile, cluster, strategy, topology, groups, costs_arr, step_mean,
-                                       breakdown, sampler),
+        bottleneck=bottleneck,
         utilization=util,
         timeline=[] if timeline else None,
         levels=levels,
-        limited_by=_straggler_limited(breakdown, step_mean),
+        limited_by=limited_by,
     )
