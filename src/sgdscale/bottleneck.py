@@ -126,7 +126,8 @@ def describe(e: Evidence) -> tuple[str, str]:
     In order: one worker, or exposed communication under 5% and waiting under 10% of the step, is
     compute; a shared resource
     at least 85% busy names itself; waiting at least 10% of the step and more than exposed
-    communication is stragglers (sync, with a cause) or queueing at the busiest resource (async);
+    communication is stragglers (sync, with a cause, and more than any server resource is busy per
+    step) or else queueing at the busiest resource;
     otherwise the exposed communication, on the busiest level.
     """
     tail = f" {e.note}" if e.note else ""
@@ -150,8 +151,11 @@ def describe(e: Evidence) -> tuple[str, str]:
         category = "server update" if level == LEVEL_SERVER_UPDATE else "communication"
         return level, f"{category}: {top} is busy {_pct(top_u)} of the time{what}: {lever}" + tail
     cause = straggler_cause(e.compute_scale, e.variable)
-    if wait >= STRAGGLERS and wait >= exposed and (cause or not e.sync):
-        if e.sync:
+    # Waiting that a server resource's busy time per step could explain is queueing, not stragglers.
+    server_busy_s = max(e.levels.get(LEVEL_SERVER_NIC, 0.0), e.levels.get(LEVEL_SERVER_UPDATE, 0.0))
+    queued = not e.sync or server_busy_s >= b.wait_s
+    if wait >= STRAGGLERS and wait >= exposed and (cause or queued):
+        if e.sync and cause and not queued:
             text = f"stragglers: workers wait {_pct(wait)} of the step for the slowest ({cause})"
             if exposed >= VISIBLE:
                 text += f"; communication not hidden behind compute adds another {_pct(exposed)}"

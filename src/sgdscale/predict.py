@@ -101,6 +101,7 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "gradient_bytes": profile.gradient_bytes,
             "step_s": profile.compute_s,
             "calibration": list(profile.provenance.get("calibration", [])),
+            "input": dict(profile.input),
         },
         "cluster": {
             "bandwidth_bps": cluster.bandwidth_bps,
