@@ -25,7 +25,8 @@ def profile_table(profile: Profile) -> Table:
         show_footer=True,
     )
     table.add_column("#", justify="right")
-    table.add_column("layer", footer="total")
+    # fold, never cut: two layers cut to the same "layer1.0.co…" could not be told apart
+    table.add_column("layer", footer="total", overflow="fold")
     table.add_column("forward", justify="right", footer=format_seconds(profile.forward_s))
     table.add_column("backward", justify="right", footer=format_seconds(profile.backward_s))
     table.add_column("params", justify="right", footer=f"{profile.param_count:,}")
@@ -91,7 +92,7 @@ def show(profile: str | None, list_builtin: bool, output: Path | None, **calibra
     time, parameters, gradient bytes, counted flops, and totals. With calibration options, show
     (and with -o save) the profile moved to another device."""
     console = Console()
-    if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # a file or pipe: room for the table
         console = Console(width=120)
     if list_builtin or profile is None:
         for name in builtin_profile_names():
