@@ -231,8 +231,9 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
                    iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """Closed queueing network solved by MVA: workers are customers, server resources are queues.
 
-    Stations per shard s (demand per worker cycle): NIC in (push) b_s * beta_server; CPU (update)
-    optimizer_s * b_s / B; NIC out (pull) b_s * beta_server. The delay station (never shared) holds
+    Stations per shard s (demand per worker cycle), named in the shared vocabulary
+    (sgdscale.bottleneck): `server s NIC in` (push) b_s * beta_server; `server s update`
+    optimizer_s * b_s / B; `server s NIC out` (pull) b_s * beta_server. The delay station (never shared) holds
     the worker's compute (data + copy + forward + backward, mean over workers' speed factors), two
     message latencies, and the part of its own NIC transfer that the server stations do not already
     account for: max(0, B * beta_worker - sum_s b_s * beta_server) per direction. (A push streams
