@@ -162,6 +162,10 @@ def test_outputs_say_which_model():
     assert "the model of the built-in profile 'mlp'" in ran_line(TrainConfig(model="mlp", batch_size=64))
     other = ran_line(TrainConfig(model="mlp", batch_size=32, model_options={"width": 1024}))
     assert "not the built-in profile 'mlp' (width 1024 vs 2048" in other and "batch 32 vs 64" in other
+    from sgdscale.runtime.train import replay_config
+
+    replay = ran_line(replay_config("cnn", "spin", workers=3, strategy="ps-async", ps_count=1))
+    assert replay == "a replay of the profile cnn (spin compute), batch 32 per worker; 3 workers, ps-async with 1 server shard"
     prediction = predict(load_profile("mlp"), Cluster(1), Strategy("allreduce"), CommModel.from_link(1e10, 2e-5, "ring"),
                          [2], ["coarse"])
     from sgdscale.report.table import header_line
