@@ -126,8 +126,8 @@ def describe(e: Evidence) -> tuple[str, str]:
     In order: one worker, or exposed communication under 5% and waiting under 10% of the step, is
     compute; a shared resource
     at least 85% busy names itself; waiting at least 10% of the step and more than exposed
-    communication is stragglers (sync, with a cause, and more than any server resource is busy per
-    step) or else queueing at the busiest resource;
+    communication is stragglers (sync, with a cause, and longer than any server is busy per step)
+    or else queueing at the busiest resource;
     otherwise the exposed communication, on the busiest level.
     """
     tail = f" {e.note}" if e.note else ""
@@ -151,9 +151,14 @@ def describe(e: Evidence) -> tuple[str, str]:
         category = "server update" if level == LEVEL_SERVER_UPDATE else "communication"
         return level, f"{category}: {top} is busy {_pct(top_u)} of the time{what}: {lever}" + tail
     cause = straggler_cause(e.compute_scale, e.variable)
-    # Waiting that a server resource's busy time per step could explain is queueing, not stragglers.
-    server_busy_s = max(e.levels.get(LEVEL_SERVER_NIC, 0.0), e.levels.get(LEVEL_SERVER_UPDATE, 0.0))
-    queued = not e.sync or server_busy_s >= b.wait_s
+    # Waiting that a server's busy time per step (its NIC in, update and NIC out, which a sync step
+    # passes through one after another) could explain is queueing, not stragglers.
+    per_shard: dict[str, float] = {}
+    for key, u in shared.items():
+        if key.startswith("server "):
+            shard = key.split()[1]
+            per_shard[shard] = per_shard.get(shard, 0.0) + u * e.step_s
+    queued = not e.sync or max(per_shard.values(), default=0.0) >= b.wait_s
     if wait >= STRAGGLERS and wait >= exposed and (cause or queued):
         if e.sync and cause and not queued:
             text = f"stragglers: workers wait {_pct(wait)} of the step for the slowest ({cause})"

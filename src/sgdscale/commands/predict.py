@@ -188,7 +188,8 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
 @click.option("--plot", "plot_path", default=None, metavar="FILE.png",
               help="Plot two panels: throughput vs workers (each method, with ideal linear scaling) and the "
-                   "per-step breakdown (compute, exposed communication, wait) of the fine method.")
+                   "per-step breakdown (compute, exposed communication, wait) of the fine method, each bar "
+                   "labelled with what limits it.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
               help="Predicted timeline (Chrome trace; open in ui.perfetto.dev) for the largest worker count.")
 def predict_command(profile: str, workers: str | None, strategy: str, nodes: str | None, gpus_per_node: int | None,
