@@ -51,21 +51,7 @@ class Outcome:
     utilization: dict[str, float] = field(default_factory=dict)  # resource -> busy fraction
     timeline: list[TraceEvent] | None = None
     levels: dict[str, float] = field(default_factory=dict)  # network level -> busy seconds per step
-    limited_by: str = ""  # "compute", "stragglers" or a level of `levels`; derived when empty
-
-
-def limiting_level(outcome: Outcome, step_s: float) -> str:
-    """The one thing that limits a step, by level: compute when communication and waiting add
-    under 5% of the step, stragglers when the predictor said so, else the busiest network level."""
-    if outcome.limited_by:
-        return outcome.limited_by
-    b = outcome.breakdown
-    if step_s <= 0 or b.exposed_comm_s + b.wait_s < 0.05 * step_s:
-        return "compute"
-    busy = {k: v for k, v in outcome.levels.items() if v > 0}
-    if busy:
-        return max(busy, key=busy.get)
-    return "communication"
+    limited_by: str = ""  # "compute", "stragglers" or a level of `levels` (sgdscale.bottleneck.describe)
 
 
 @dataclass
@@ -104,7 +90,7 @@ class Result:
             bottleneck=outcome.bottleneck,
             utilization=dict(outcome.utilization),
             levels={"compute": float(outcome.breakdown.compute_s), **outcome.levels},
-            limited_by=limiting_level(outcome, float(steps.mean())),
+            limited_by=outcome.limited_by,
             predict_time_s=predict_time_s,
             timeline=outcome.timeline,
         )

@@ -77,9 +77,9 @@ import heapq
 
 import numpy as np
 
+from sgdscale import bottleneck as words
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale import bottleneck as words
 from sgdscale.comm.topology import LEVEL_NIC, Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -547,7 +547,8 @@ class _PsRun:
         nic = max((max(up, down) for _, up, down in getattr(self, "_worker_nic", [])), default=0.0)
         server_nic = max((v for k, v in util.items() if k.startswith("server ") and "NIC" in k), default=0.0)
         update = max((v for k, v in util.items() if k.endswith(" update")), default=0.0)
-        return {LEVEL_NIC: nic * step_s, "server NIC": server_nic * step_s, "server update": update * step_s}
+        return {LEVEL_NIC: nic * step_s, words.LEVEL_SERVER_NIC: server_nic * step_s,
+                words.LEVEL_SERVER_UPDATE: update * step_s}
 
     def _describe(self, util: dict[str, float], b: Breakdown, step_s: float) -> tuple[str, str]:
         """(limited_by, sentence) from the shared describer (sgdscale.bottleneck)."""
