@@ -15,15 +15,14 @@ from typing import Any
 from sgdscale.errors import UserError
 
 
-def _text(value: Any) -> str | None:
-    """A CLI-style option value: None stays None, numbers become plain text (bit/s, seconds)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise UserError(f"expected a number or text, got {value!r}")
-    if isinstance(value, (int, float)):
-        return repr(float(value)) if isinstance(value, float) else str(value)
-    return str(value)
+def _number(value: Any, unit: str) -> str | None:
+    """An option value as the CLI reads it: text stays text, a plain number gets its SI unit
+    (bit/s for rates, seconds for times), None stays None (the CLI's default)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"expected a number or text such as '10Gbit' or '20us', got {value!r}")
+    return f"{float(value)!r}{unit}"
 
 
 def _counts(value: int | Sequence[int] | str | None) -> str | None:
@@ -62,24 +61,15 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
         raise UserError(f"bucket_mb must be positive, got {bucket_mb:g} (DDP's default is 25)")
     if ps < 1:
         raise UserError(f"ps must be at least 1, got {ps}")
-    if isinstance(bandwidth, (int, float)) and not isinstance(bandwidth, bool):
-        bandwidth = f"{float(bandwidth)!r}bit"
-    if isinstance(ps_bandwidth, (int, float)) and not isinstance(ps_bandwidth, bool):
-        ps_bandwidth = f"{float(ps_bandwidth)!r}bit"
-    if isinstance(intra_bandwidth, (int, float)) and not isinstance(intra_bandwidth, bool):
-        intra_bandwidth = f"{float(intra_bandwidth) / 8!r}B/s"
-    if isinstance(latency, (int, float)) and not isinstance(latency, bool):
-        latency = f"{float(latency)!r}s"
-    if isinstance(intra_latency, (int, float)) and not isinstance(intra_latency, bool):
-        intra_latency = f"{float(intra_latency)!r}s"
     if compute_scale is not None and not isinstance(compute_scale, str):
         compute_scale = ",".join(repr(float(s)) for s in compute_scale)
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
                     placement=placement, allreduce=allreduce, ps_placement=ps_placement)
     counts, resolved, comm, _notes = resolve_cluster(
         workers=_counts(workers), nodes=_counts(nodes), gpus_per_node=gpus_per_node,
-        intra_bandwidth=_text(intra_bandwidth), intra_latency=_text(intra_latency), cluster_file=cluster,
-        bandwidth=_text(bandwidth), latency=_text(latency), ps_count=ps, ps_bandwidth=_text(ps_bandwidth),
+        intra_bandwidth=_number(intra_bandwidth, "bit"), intra_latency=_number(intra_latency, "s"),
+        cluster_file=cluster, bandwidth=_number(bandwidth, "bit"), latency=_number(latency, "s"), ps_count=ps,
+        ps_bandwidth=_number(ps_bandwidth, "bit"),
         algorithm=algorithm, network_file=network, compute_scale=compute_scale, slow_links=tuple(slow_links),
         cpu_per_node=cpu_per_node, interference=interference)
     prediction = run(load_profile(profile), resolved, plan, comm, counts, methods, iterations=iterations,
