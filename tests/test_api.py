@@ -72,3 +72,15 @@ def test_api_is_callable_however_the_core_was_imported():
 def test_api_bad_input_is_a_user_error(kwargs, fragment):
     with pytest.raises(UserError, match=fragment):
         sgdscale.predict("resnet50", **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(iterations=0), dict(ps=0), dict(bucket_mb=-1.0), dict(workers="0")])
+def test_api_rejects_as_the_cli_does(kwargs, capsys):
+    """The same rejection, in the same words, as `sgdscale predict` with the same option."""
+    cli = {"iterations": "--iterations", "ps": "--ps", "bucket_mb": "--bucket-mb", "workers": "--workers"}
+    (key, value), = kwargs.items()
+    assert main(["predict", "resnet50", cli[key], str(value)]) == 2
+    message = capsys.readouterr().err.removeprefix("error: ").strip()
+    with pytest.raises(UserError) as raised:
+        sgdscale.predict("resnet50", **kwargs)
+    assert str(raised.value) == message

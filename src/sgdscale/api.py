@@ -47,7 +47,8 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
 
     Options mean what `sgdscale predict --help` says (`ps` is `--ps`, `cluster` is `--cluster`,
     `variability=False` is `--no-variability`); bandwidths and times take text ("10Gbit", "20us")
-    or plain numbers (bit/s, seconds). Raises `sgdscale.errors.UserError` for bad input.
+    or plain numbers (bit/s, seconds). Bad input raises `sgdscale.errors.UserError` with the CLI's
+    message (options named as on the command line).
     """
     from sgdscale.commands.predict import resolve_cluster
     from sgdscale.predict import predict as run
@@ -57,10 +58,11 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
     methods = {"fine": ["fine"], "coarse": ["coarse"], "both": ["fine", "coarse"]}.get(method)
     if methods is None:
         raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
+    # the CLI's checks, in its words (an option is named as on the command line)
     if not bucket_mb > 0:
-        raise UserError(f"bucket_mb must be positive, got {bucket_mb:g} (DDP's default is 25)")
+        raise UserError(f"--bucket-mb must be positive, got {bucket_mb:g} (DDP's default is 25)")
     if ps < 1:
-        raise UserError(f"ps must be at least 1, got {ps}")
+        raise UserError(f"--ps must be at least 1, got {ps}")
     if compute_scale is not None and not isinstance(compute_scale, str):
         compute_scale = ",".join(repr(float(s)) for s in compute_scale)
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
