@@ -81,8 +81,8 @@ VISIBLE = 0.05  # communication under this share of the step counts as hidden
 class Evidence:
     """What a method measured about one worker count, in the vocabulary above.
 
-    `communication`: what the step communicates, in words (e.g. "all-reduce of 102 MB over a
-    10 Gbit/s ring takes 85 ms per step"); `lever`: the communication advice specific to the
+    `communication`: what the step waits for, in words (e.g. "the all-reduce of 102 MB over a
+    10 Gbit/s ring (85 ms per step, ...)"); `lever`: the communication advice specific to the
     strategy (e.g. larger buckets), or empty for the level's `LEVERS` entry; `compute_scale` and
     `variable`: why workers could straggle; `note` is appended (e.g. "(approximate MVA)").
     """
@@ -146,7 +146,7 @@ def describe(e: Evidence) -> tuple[str, str]:
                                f"is hidden{busiest}: scaling is near linear" + tail)
     if top_u >= SATURATED:
         level = level_of(top)
-        what = f" ({e.communication})" if e.communication and level in (LEVEL_NIC, LEVEL_INTRA) else ""
+        what = f" with {e.communication}" if e.communication and level in (LEVEL_NIC, LEVEL_INTRA) else ""
         lever = (e.lever if level in (LEVEL_NIC, LEVEL_INTRA) else "") or LEVERS[level]
         category = "server update" if level == LEVEL_SERVER_UPDATE else "communication"
         return level, f"{category}: {top} is busy {_pct(top_u)} of the time{what}: {lever}" + tail
@@ -173,13 +173,13 @@ def describe(e: Evidence) -> tuple[str, str]:
     if level == LEVEL_SERVER_UPDATE:
         return level, (f"server update: {_pct(blocked)} of each step waits for shards aggregating and updating "
                        f"({format_seconds(e.levels[level])} per step): {LEVERS[level]}" + tail)
-    what = f" ({e.communication})" if e.communication else ""
+    what = e.communication or "communication"
     on_level = {k: v for k, v in shared.items() if level_of(k) == level}
     where = f"the {level}"
     if on_level:
         key = max(on_level, key=on_level.get)
         where = f"{key} ({_pct(on_level[key])} busy)"
-    text = f"communication: {_pct(blocked)} of each step waits for communication{what}; busiest: {where}"
+    text = f"communication: {_pct(blocked)} of each step waits for {what}; busiest: {where}"
     if wait >= VISIBLE and exposed >= VISIBLE:
         text += f"; waiting for other workers adds another {_pct(wait)}"
     return level, text + f": {e.lever or LEVERS[level]}" + tail
@@ -188,8 +188,8 @@ def describe(e: Evidence) -> tuple[str, str]:
 def allreduce_words(total_bytes: float, network: str, comm_s: float, exposed_s: float, grouping: str,
                     collectives: int, startup_s: float) -> tuple[str, str]:
     """(communication, lever) of a synchronous all-reduce step, for `Evidence`."""
-    communication = (f"all-reduce of {format_bytes(total_bytes)} over {network} takes {format_seconds(comm_s)} per "
-                     f"step, {format_seconds(exposed_s)} of it not hidden behind backward")
+    communication = (f"the all-reduce of {format_bytes(total_bytes)} over {network} ({format_seconds(comm_s)} per "
+                     f"step, {format_seconds(exposed_s)} of it not hidden behind backward)")
     if grouping == "single":
         lever = "nothing overlaps with backward: try --grouping buckets"
     elif collectives and startup_s > 0.5 * comm_s:
@@ -202,7 +202,7 @@ def allreduce_words(total_bytes: float, network: str, comm_s: float, exposed_s: 
 
 def ps_words(total_bytes: float) -> str:
     """The communication of a parameter-server step, for `Evidence`."""
-    return f"each worker pushes and pulls {format_bytes(total_bytes)} per step"
+    return f"pushes and pulls ({format_bytes(total_bytes)} per worker and step each way)"
 
 
 def describe_allreduce(*, workers: int, step_s: float, breakdown: Breakdown, levels: dict[str, float], topology,
