@@ -18,7 +18,8 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
 from sgdscale.fine import check_step_counts
-from sgdscale.fine.allreduce import _straggler_limited, collective_times_s, describe_bottleneck
+from sgdscale.bottleneck import describe_allreduce
+from sgdscale.fine.allreduce import collective_times_s
 from sgdscale.fine.events import EventQueue, Kind
 from sgdscale.fine.ps import simulate_ps
 from sgdscale.grouping import group_gradients, ready_offsets_s
@@ -131,17 +132,17 @@ def _simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, 
     comp_m = float(np.mean(compute_mean[warmup:]))
     exp_m = float(np.mean(exposed[warmup:]))
     breakdown = Breakdown(compute_s=comp_m, exposed_comm_s=exp_m, wait_s=max(step_mean - comp_m - exp_m, 0.0))
-    costs_arr = np.array(costs)
-    util = {"compute": comp_m / step_mean if step_mean > 0 else 0.0,
-            "network": float(costs_arr.sum()) / step_mean if step_mean > 0 else 0.0}
+    limited_by, bottleneck, util = describe_allreduce(
+        workers=n, step_s=step_mean, breakdown=breakdown, levels=levels, topology=topology,
+        grouping=strategy.grouping, sizes_bytes=[g.bytes for g in groups], comm_s=float(sum(costs)),
+        compute_scale=cluster.compute_scale, variable=sampler.variable)
     return Outcome(
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean if step_mean > 0 else float("inf"),
         breakdown=breakdown,
-        bottleneck=describe_bottleneck(profile, cluster, strategy, topology, groups, costs_arr, step_mean,
-                                       breakdown, sampler),
+        bottleneck=bottleneck,
         utilization=util,
         timeline=[] if timeline else None,
         levels=levels,
-        limited_by=_straggler_limited(breakdown, step_mean),
+        limited_by=limited_by,
     )

@@ -201,7 +201,6 @@ class Advisor:
         cluster, comm = self._comm_at(bandwidth_bps)
         cluster = dataclasses.replace(cluster, workers=workers, ps_count=config.ps_count)
         outcome = self._run(method, cluster, config.strategy(self.comm.algorithm), comm, options)
-        from sgdscale.result import limiting_level
         import numpy as np
 
         step_s = float(np.mean(outcome.iteration_s))
@@ -210,7 +209,7 @@ class Advisor:
                       throughput=float(outcome.throughput),
                       efficiency=float(outcome.throughput / (workers * self.base_throughput(method))),
                       step_s=step_s, compute_s=b.compute_s, exposed_comm_s=b.exposed_comm_s, wait_s=b.wait_s,
-                      limited_by=limiting_level(outcome, step_s), bottleneck=outcome.bottleneck,
+                      limited_by=outcome.limited_by, bottleneck=outcome.bottleneck,
                       nodes=config.nodes(workers, self.gpus), levels={k: float(v) for k, v in outcome.levels.items()},
                       iterations=options["iterations"])
         self.cache[key] = found

@@ -10,7 +10,8 @@ server NICs and shards, and in sync PS waiting for the slowest worker's gradient
 
 Utilization is measured over the window in which every worker is past its warm-up and none has
 finished: worker compute (mean), each shard's update work, each server NIC (bytes carried /
-capacity), and the mean worker NIC up/down.
+capacity), and the busiest worker NIC out/in, under the names both methods use; the limiting
+resource and its sentence come from the shared describer (`sgdscale.bottleneck`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from sgdscale import bottleneck as words
 from sgdscale.cluster import Cluster
 from sgdscale.comm.topology import LEVEL_NIC, Topology
 from sgdscale.profile import Profile
@@ -46,17 +48,17 @@ def utilization(run: PsRun) -> dict[str, float]:
     compute, shard, push, pull = d
     links = run.links
     pcap, qcap = links.push_caps_Bps, links.pull_caps_Bps
-    out = {"worker compute": float(np.mean(compute)) / span}
+    out = {words.COMPUTE: float(np.mean(compute)) / span}
     for s in range(shards):
         up, down = links.server_up[s], links.server_down[s]
-        out[f"server {s} update"] = shard[s] / span
-        out[f"server {s} NIC up"] = pull[up] / (qcap[up] * span)
-        out[f"server {s} NIC down"] = push[down] / (pcap[down] * span)
+        out[words.server_update(s)] = shard[s] / span
+        out[words.server_nic_out(s)] = pull[up] / (qcap[up] * span)
+        out[words.server_nic_in(s)] = push[down] / (pcap[down] * span)
     # A NIC shared by a node's devices counts once per device here; its utilization is the node's.
     up_util = [push[links.worker_up[w]] / (pcap[links.worker_up[w]] * span) for w in range(n)]
     down_util = [pull[links.worker_down[w]] / (qcap[links.worker_down[w]] * span) for w in range(n)]
-    out["worker NIC up (mean)"] = float(np.mean(up_util))
-    out["worker NIC down (mean)"] = float(np.mean(down_util))
+    out[words.WORKER_NIC_OUT] = max(up_util, default=0.0)  # the busiest worker's, as both methods report
+    out[words.WORKER_NIC_IN] = max(down_util, default=0.0)
     run.worker_nic = [(w, up_util[w], down_util[w]) for w in range(n)]
     return {k: min(v, 1.0) for k, v in out.items()}
 
@@ -83,7 +85,7 @@ def outcome(run: PsRun, reference: list[float], strategy: Strategy) -> Outcome:
                           wait_s=float(np.mean(wait)))
     util = utilization(run)
     step_mean = float(np.mean(steps))
-    bottleneck = _bottleneck(run, util, breakdown, step_mean, strategy)
+    limited_by, bottleneck = _describe(run, util, breakdown, step_mean)
     return Outcome(
         iteration_s=np.asarray(steps, dtype=float),
         throughput=float(throughput),
@@ -92,7 +94,7 @@ def outcome(run: PsRun, reference: list[float], strategy: Strategy) -> Outcome:
         utilization=util,
         timeline=run.trace,
         levels=_levels(run, util, step_mean),
-        limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
+        limited_by=limited_by,
     )
 
 
@@ -101,42 +103,16 @@ def _levels(run: PsRun, util: dict[str, float], step_s: float) -> dict[str, floa
     nic = max((max(up, down) for _, up, down in getattr(run, "worker_nic", [])), default=0.0)
     server_nic = max((v for k, v in util.items() if k.startswith("server ") and "NIC" in k), default=0.0)
     update = max((v for k, v in util.items() if k.endswith(" update")), default=0.0)
-    return {LEVEL_NIC: nic * step_s, "server NIC": server_nic * step_s, "server update": update * step_s}
+    return {LEVEL_NIC: nic * step_s, words.LEVEL_SERVER_NIC: server_nic * step_s,
+            words.LEVEL_SERVER_UPDATE: update * step_s}
 
 
-def _bottleneck(run: PsRun, util: dict[str, float], b: Breakdown, step_s: float, strategy: Strategy) -> str:
-    if step_s <= 0:
-        return "nothing to compute"
-    server = [(v, k) for k, v in util.items() if k.startswith("server ")]
-    top_v, top_k = max(server) if server else (0.0, "")
-    advice = {"update": "add servers (shards) or speed up the update",
-              "up": "add servers or server bandwidth", "down": "add servers or server bandwidth"}
-    if top_v >= 0.85:
-        what = top_k.replace("update", "update work").replace("NIC up", "NIC uplink").replace(
-            "NIC down", "NIC downlink")
-        return f"{what} is busy {top_v:.0%} of the time: {advice[top_k.split()[-1]]}"
-    nic = getattr(run, "worker_nic", [])
-    if nic:
-        w, up, down = max(nic, key=lambda x: max(x[1], x[2]))
-        if max(up, down) >= 0.85:
-            side = "uplink" if up >= down else "downlink"
-            return (f"worker {w} NIC {side} is busy {max(up, down):.0%} of the time: "
-                    "give the workers more bandwidth or push fewer bytes")
-    blocked = b.exposed_comm_s + b.wait_s
-    wait_frac, exposed_frac = b.wait_s / step_s, b.exposed_comm_s / step_s
-    if wait_frac >= 0.10 and wait_frac >= exposed_frac:
-        if run.sync and (not run.cluster.homogeneous or run.sampler.variable):
-            return (f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest worker's gradients "
-                    "before the servers can update")
-        return (f"contention: workers wait {wait_frac:.0%} of the step for parameters queued behind other "
-                f"workers' traffic ({top_k} busiest at {top_v:.0%}): add servers or bandwidth")
-    if exposed_frac >= 0.05:
-        return (f"communication: {exposed_frac:.0%} of each step waits for pushes, updates and pulls that "
-                "compute cannot hide (latency, transfer, update): more bandwidth, fewer messages "
-                "(--grouping buckets) or more servers")
-    if blocked / step_s < 0.05:
-        return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
-    return f"compute-bound: workers compute {b.compute_s / step_s:.0%} of the time"
+def _describe(run: PsRun, util: dict[str, float], b: Breakdown, step_s: float) -> tuple[str, str]:
+    """(limited_by, sentence) from the shared describer (sgdscale.bottleneck)."""
+    return words.describe(words.Evidence(
+        workers=run.n, sync=run.sync, step_s=step_s, breakdown=b, utilization=util,
+        levels=_levels(run, util, step_s), communication=words.ps_words(float(run.profile.gradient_bytes)),
+        compute_scale=run.cluster.compute_scale, variable=run.sampler.variable))
 
 
 def reference_blocked(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
