@@ -82,11 +82,11 @@ def model_info_command(model: str, output: Path, image_size: int | None, seq_len
     from sgdscale.interrupts import preload_torch
 
     preload_torch()  # with Ctrl-C/SIGTERM held: an interrupted torch import aborts (interrupts.py)
-    from sgdscale.commands.profile import _parse_options
+    from sgdscale.units import parse_key_values
     from sgdscale.importing.modelinfo import model_info_from_module
     from sgdscale.profiling.zoo import build_workload
 
-    options = _parse_options(extra)
+    options = parse_key_values(extra)
     if input_shape is not None:
         options["input_shape"] = input_shape
     workload = build_workload(model, image_size=image_size, seq_len=seq_len, **options)
