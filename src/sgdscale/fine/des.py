@@ -79,11 +79,10 @@ from sgdscale.fine.dag import PsPlan, ps_plan
 from sgdscale.fine.links import EventQueue, HybridNetwork, LinkNetwork, NotAStar, StarNetwork
 from sgdscale.fine.variability import ComputeSampler
 from sgdscale.profile import Profile
-from sgdscale.result import Breakdown, Outcome, TraceEvent
+from sgdscale.result import Breakdown, Outcome, TimelineSpec, TraceEvent, timeline_spec
 from sgdscale.strategy import Strategy
 
-TIMELINE_ITERATIONS = 3
-TIMELINE_WORKERS = 3
+TIMELINE_WORKERS = 3  # defaults of a timeline (TimelineSpec overrides them)
 TIMELINE_MAX_EVENTS = 20000
 
 # Event kinds. Links use base 0 (push network) and 3 (pull network): DONE, RELEASE, DELIVER.
@@ -94,7 +93,8 @@ _BWD_START, _GROUP_READY, _COLL_END = 20, 21, 22
 
 
 def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
-                 warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
+                 warmup: int = 10, seed: int = 0, variability: bool = True,
+                 timeline: bool | TimelineSpec = False) -> Outcome:
     """Simulate `warmup + iterations` steps of every worker (see the module docstring)."""
     check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":
@@ -104,7 +104,8 @@ def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: C
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
     rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
-    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
+    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup,
+                 trace=timeline_spec(timeline))
     reference = _reference_blocked(profile, cluster, strategy, topology, plan)
     return sim.outcome(reference, strategy)
 
@@ -115,7 +116,7 @@ def simulate_des(profile: Profile, cluster: Cluster, strategy: Strategy, comm: C
 
 
 def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan: PsPlan, sampler: ComputeSampler,
-           rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> _PsRun:
+           rows: np.ndarray, sync: bool, warmup: int, trace: TimelineSpec | None = None, star: bool = True) -> _PsRun:
     """Run a parameter-server simulation: with the star shortcut for the NICs where it holds,
     again with the general max-min network the moment it does not (a worker NIC binds).
     NICs shared by several devices or colocated servers always take the general network."""
@@ -157,8 +158,8 @@ class _Tables:
 
 class _PsRun:
     def __init__(self, profile: Profile, cluster: Cluster, topology: Topology, plan: PsPlan,
-                 sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int, trace: bool = False,
-                 star: bool = True) -> None:
+                 sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int,
+                 trace: TimelineSpec | None = None, star: bool = True) -> None:
         self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
         self.rows = rows.tolist()
         self.total = rows.shape[0]
@@ -191,6 +192,8 @@ class _PsRun:
         self.pull_net, conns = network(pull_caps, pull_pairs, _PULL_DONE, links.hubs_pull)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.trace: list[TraceEvent] | None = [] if trace else None
+        self.trace_spec = trace
+        self.trace_max_events = (trace.max_events if trace and trace.max_events else TIMELINE_MAX_EVENTS)
         self.snapshots: dict[str, tuple] = {}
 
     # The main loop is one long function on purpose: local variables are much faster in CPython.
@@ -211,8 +214,9 @@ class _PsRun:
         seq = self.q.seq
         heappush, heappop = heapq.heappush, heapq.heappop
         trace = self.trace
-        trace_workers = set(range(min(n, TIMELINE_WORKERS)))
-        trace_iters = set(range(warmup, min(total, warmup + TIMELINE_ITERATIONS)))
+        spec = self.trace_spec or TimelineSpec()
+        trace_workers = set(range(n if spec.all_workers else min(n, TIMELINE_WORKERS)))
+        trace_iters = set(range(warmup, min(total, warmup + spec.iterations)))
 
         # Worker state.
         it = [0] * n  # current iteration
@@ -547,7 +551,7 @@ class _PsRun:
 
     # --- timeline -------------------------------------------------------------------------------
     def _room(self) -> bool:
-        return self.trace is not None and len(self.trace) < TIMELINE_MAX_EVENTS
+        return self.trace is not None and len(self.trace) < self.trace_max_events
 
     def _trace_compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int) -> None:
         if not self._room():
