@@ -87,7 +87,8 @@ def test_measured_ps_timeline_keeps_server_events_and_clips_them_to_the_window()
     names = [e.name for e in events if e.process == "worker 0" and e.thread == "compute"]
     assert names[:3] == ["forward (with pull waits)", "backward", "post pull receives"]
     (wait,) = [e for e in events if e.process == "server 0"]
-    assert wait.start_s == 0.0 and wait.duration_s == pytest.approx(0.05) and wait.args["clipped_s"] == pytest.approx(0.1)
+    assert wait.start_s == 0.0 and wait.duration_s == pytest.approx(0.05)
+    assert wait.args["clipped_s"] == pytest.approx(0.1)
 
 
 def test_side_by_side_tags_each_side_and_orders_worker_pairs(tmp_path):
@@ -103,8 +104,9 @@ def test_side_by_side_tags_each_side_and_orders_worker_pairs(tmp_path):
     write_side_by_side(m, predicted, path, prediction={"method": "fine"})
     data = json.loads(path.read_text())
     names = {e["pid"]: e["args"]["name"] for e in data["traceEvents"] if e["name"] == "process_name"}
-    assert [names[p] for p in sorted(names)] == ["worker 0 · measured", "worker 0 · predicted",
-                                                 "worker 1 · measured", "worker 1 · predicted", "network · predicted"]
+    assert [names[p] for p in sorted(names)] == [
+        "worker 0 · measured", "worker 0 · predicted", "worker 1 · measured", "worker 1 · predicted",
+        "network · predicted"]
     assert data["otherData"]["predicted"] == {"method": "fine"}
     assert data["otherData"]["measured"]["config"]["traced"] is True
 

@@ -45,7 +45,7 @@ class ManualAllReduce:
                  recorder: EventRecorder | None = None) -> None:
         self.world_size = world_size
         self.recorder = recorder
-        if recorder is not None:  # chosen once: an untraced run never tests for tracing
+        if recorder is not None:  # chosen once, not tested per group
             self._start = self._start_traced
         self.grouping = grouping
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]

@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from sgdscale.runtime.rank import RankContext
-from sgdscale.runtime.worker import IterationLog, Setup, clock, maybe_fault, recorder_for
+from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
 
 
 def place(sizes_bytes: list[int], ps_count: int, how: str = "round-robin") -> list[int]:
@@ -76,7 +76,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     waited = [0.0]
     recorder = recorder_for(config)
 
-    def wait_pull(indices: list[int]) -> None:
+    def wait_pull_untraced(indices: list[int]) -> None:
         for i in indices:
             work = pulls.pop(i, None)
             if work is not None:
@@ -94,8 +94,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
                 waited[0] += end - t
                 recorder.add("wait", "wait for parameters", t, end, {"tensor": i})
 
-    if recorder is not None:  # chosen once: an untraced run never tests for tracing
-        wait_pull = wait_pull_traced  # noqa: F811
+    wait_pull = wait_pull_untraced if recorder is None else wait_pull_traced  # chosen once, not at every wait
 
     for submodule in module.modules():
         own = [index_of[id(p)] for p in submodule.parameters(recurse=False) if id(p) in index_of]
@@ -226,7 +225,8 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
 
 
 def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
-                stats: dict[str, Any], report_progress: Callable[[int], None], recorder=None) -> None:
+                stats: dict[str, Any], report_progress: Callable[[int], None],
+                recorder: EventRecorder | None = None) -> None:
     grads = {(w, i): torch.empty_like(values[i]) for w in range(workers) for i in mine}
     order = mine  # already in gradient-ready order
     for iteration in range(total):
@@ -235,7 +235,7 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
         recvs = {(w, i): dist.irecv(grads[w, i], src=w, tag=i) for i in order for w in range(workers)}
         replies = []
         for i in order:
-            waiting = time.perf_counter()
+            waiting = time.perf_counter() if recorder is not None else 0.0
             for w in range(workers):
                 recvs[w, i].wait()
             t = time.perf_counter()
@@ -258,7 +258,8 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
 
 
 def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
-                 stats: dict[str, Any], report_progress: Callable[[int], None], recorder=None) -> None:
+                 stats: dict[str, Any], report_progress: Callable[[int], None],
+                recorder: EventRecorder | None = None) -> None:
     lock = threading.Lock()
     served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
     errors: list[BaseException] = []
