@@ -4,9 +4,8 @@ Runs, on the emulated cluster (root), the built-in gpt2 profile replayed with sl
 workers over 300 Mbit/s links, with DDP buckets and with a synchronous parameter server (1 shard),
 0.6 cores per node, 10 measured steps, the network measured by netbench as validate always does;
 then reads each side-by-side trace back and prints, per worker and iteration, the measured and
-predicted step, and per step what each side spent in communication that compute did not hide
-(all-reduce: the measured bucket all-reduces against the predicted collective stream; PS: the
-measured pull/push waits against the predicted waits for parameters).
+predicted step, and per row and kind of slice (forward, all-reduce bucket, wait for parameters,
+update, ...) how many there are and how long they take per iteration on each side.
 
     flock /tmp/sgdscale-cpu.lock nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/timeline_example.py
 Writes benchmarks/results/timeline_example/ (validate's folder: results.json, measurements,
@@ -16,6 +15,7 @@ network file, traces/*.trace.json) and benchmarks/results/timeline_example.txt.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -27,6 +27,15 @@ OUT = HERE / "results" / "timeline_example"
 COMMAND = ["validate", "--workload", "replay", "--models", "gpt2", "--workers", "2", "--bandwidth", "300Mbit",
            "--strategies", "allreduce,ps-sync", "--cpu-per-node", "0.6", "--repeats", "1", "--iterations", "10",
            "--trace-dir", str(OUT / "traces"), "-o", str(OUT)]
+
+
+def kind(name: str) -> str:
+    """'forward blocks.0.attn' -> 'forward', 'update tensor 3' -> 'update tensor'; DDP buckets keep their index."""
+    if name.startswith(("forward", "backward")):
+        return name.split()[0]
+    if name.startswith("bucket"):
+        return name
+    return re.sub(r"( msg| tensor)? \d+$", lambda m: m.group(1) or "", name)
 
 
 def summarize(path: Path) -> list[str]:
@@ -46,28 +55,28 @@ def summarize(path: Path) -> list[str]:
         durations = [e["dur"] / 1e3 for e in steps]
         lines.append(f"| {worker} | {side} | {', '.join(f'{d:.0f}' for d in durations)} | "
                      f"{statistics.median(durations):.0f} | {(steps[-1]['ts'] + steps[-1]['dur']) / 1e3:.0f} |")
-    lines += ["", "| process | row | events | median duration (ms) | total per iteration (ms) |", "|---|---|---|---|---|"]
+    lines += ["", "What each row holds, per iteration (ms; forward/backward: the phase on the measured side, the sum "
+              "of its layers on the predicted side):", "",
+              "| process | row | kind | events | median duration | total per iteration |", "|---|---|---|---|---|---|"]
     iterations = max(data["otherData"]["iterations"].values())
-    for (process, row), events in sorted(by.items()):
-        if row in ("step", "compute"):
-            continue
-        durations = [e["dur"] / 1e3 for e in events]
-        lines.append(f"| {process} | {row} | {len(events)} | {statistics.median(durations):.2f} | "
-                     f"{sum(durations) / iterations:.1f} |")
-    waits = defaultdict(float)
+    kinds = defaultdict(list)
     for (process, row), events in by.items():
+        if row == "step":
+            continue
         for e in events:
-            if "wait" in e["name"] and row in ("compute", "wait"):
-                waits[process] += e["dur"] / 1e3 / iterations
-    lines += ["", "waits per iteration (ms; measured: DDP's are inside backward, so none are recorded): "
-              + ", ".join(f"{p} {w:.1f}" for p, w in sorted(waits.items())), ""]
+            kinds[process, row, kind(e["name"])].append(e["dur"] / 1e3)
+    for (process, row, name), durations in sorted(kinds.items()):
+        lines.append(f"| {process} | {row} | {name} | {len(durations)} | {statistics.median(durations):.2f} | "
+                     f"{sum(durations) / iterations:.1f} |")
+    lines.append("")
     return lines
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, "-m", "sgdscale.cli", *COMMAND], capture_output=True, text=True)
-    (OUT / "validate-output.txt").write_text(done.stdout + done.stderr)
+    with open(OUT / "validate-output.txt", "a") as log:  # a rerun resumes (runs nothing new): keep both
+        log.write(f"$ sgdscale {' '.join(COMMAND)}\n{done.stdout}{done.stderr}\n")
     if done.returncode != 0:
         sys.exit(f"validate failed:\n{done.stderr[-3000:]}")
     lines = ["# timelines side by side: example (sgdscale " + " ".join(COMMAND) + ")", ""]

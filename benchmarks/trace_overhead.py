@@ -5,8 +5,9 @@ for DDP's Python comm hook instead of its C++ one, a timestamp per all-reduce / 
 server update, and appending it. Two measurements:
 1. per event: `EventRecorder.add` in this process, 100,000 calls, best of 5 (ns per event);
 2. in one process, one gloo rank: a DDP step with the traced comm hook against DDP's own C++
-   hook, on two copies of the same small model, in interleaved blocks (what the hook and its
-   completion callback add per step, without a second worker's noise);
+   hook and against torch's own Python all-reduce hook (default_hooks.allreduce_hook, which the
+   traced one copies and adds two timestamps to), on copies of the same small model, in
+   interleaved blocks (what the hook costs per step, without a second worker's noise);
 3. end to end: the same short real run (2 local workers, a small MLP with steps of a few ms, so a
    per-step cost shows most) traced and untraced, interleaved, several repeats, for DDP buckets,
    per-layer all-reduce and a synchronous parameter server; median step and the spread.
@@ -47,12 +48,16 @@ def per_event_ns() -> float:
     return best * 1e9
 
 
-def ddp_hook_step_s(blocks: int = 12, steps: int = 50) -> dict[str, list[float]]:
+VARIANTS = ("untraced", "python hook", "traced")
+
+
+def ddp_hook_step_s(blocks: int = 16, steps: int = 50) -> dict[str, list[float]]:
     """Median step of each block, per variant (measurement 2 in the module docstring)."""
     import tempfile
 
     import torch
     import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
 
     from sgdscale.profiling.zoo import build_workload
@@ -64,15 +69,17 @@ def ddp_hook_step_s(blocks: int = 12, steps: int = 50) -> dict[str, list[float]]
         dist.init_process_group("gloo", init_method=f"file://{store.name}", rank=0, world_size=1)
         try:
             nets = {}
-            for variant in ("untraced", "traced"):
+            for variant in VARIANTS:
                 workload = build_workload("mlp", **MODEL)
                 net = DistributedDataParallel(workload.module)
                 if variant == "traced":
                     net.register_comm_hook(None, traced_allreduce_hook(EventRecorder(), 1))
+                elif variant == "python hook":
+                    net.register_comm_hook(None, default_hooks.allreduce_hook)
                 nets[variant] = (net, workload.loss_fn, workload.make_batch(32))
-            out: dict[str, list[float]] = {"untraced": [], "traced": []}
+            out: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
             for block in range(blocks):
-                for variant in (("untraced", "traced") if block % 2 == 0 else ("traced", "untraced")):
+                for variant in (VARIANTS if block % 2 == 0 else VARIANTS[::-1]):
                     net, loss_fn, (x, y) = nets[variant]
                     times = []
                     for _ in range(steps):
@@ -109,14 +116,18 @@ def main() -> None:
     event_ns = per_event_ns()
     hook = ddp_hook_step_s()
     added_us = [(t - u) * 1e6 for t, u in zip(hook["traced"], hook["untraced"])]
+    added_python_us = [(t - u) * 1e6 for t, u in zip(hook["traced"], hook["python hook"])]
     lines = [f"# trace overhead ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
              f"{os.getloadavg()[0]:.1f} at the end, {args.repeats} interleaved repeats, {args.iterations} "
              f"measured steps, mlp {MODEL}, batch 32, 2 local workers)", "",
              f"EventRecorder.add: {event_ns:.0f} ns per event (best of 5 x 100,000, with its two perf_counter calls)",
-             f"DDP step in one process (1 gloo rank, 1 bucket), traced hook vs C++ hook: untraced median "
-             f"{statistics.median(hook['untraced']) * 1e3:.3f} ms, traced {statistics.median(hook['traced']) * 1e3:.3f} ms; "
-             f"added per step (paired blocks): median {statistics.median(added_us):.0f} us, range "
-             f"{min(added_us):.0f} to {max(added_us):.0f} us ({len(added_us)} pairs of 50-step blocks)",
+             f"DDP step in one process (1 gloo rank, 1 bucket), median of 50-step blocks: C++ hook (untraced) "
+             f"{statistics.median(hook['untraced']) * 1e3:.3f} ms, torch's Python all-reduce hook "
+             f"{statistics.median(hook['python hook']) * 1e3:.3f} ms, traced hook "
+             f"{statistics.median(hook['traced']) * 1e3:.3f} ms; traced minus untraced, paired blocks: median "
+             f"{statistics.median(added_us):.0f} us, range {min(added_us):.0f} to {max(added_us):.0f} us; traced minus "
+             f"Python hook: median {statistics.median(added_python_us):.0f} us, range {min(added_python_us):.0f} to "
+             f"{max(added_python_us):.0f} us ({len(added_us)} blocks each)",
              "", "| case | untraced: median step p50 (range) | traced: median step p50 (range) | traced / untraced "
              "| events per step per run |", "|---|---|---|---|---|"]
     for case in CASES:

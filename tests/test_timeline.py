@@ -41,6 +41,22 @@ def test_predicted_timeline_has_every_worker_and_the_asked_iterations(strategy, 
         assert all(b.start_s >= a.start_s + a.duration_s - 1e-12 for a, b in zip(steps, steps[1:]))
     assert min(e.start_s for e in events) == pytest.approx(0.0, abs=1e-12)
     assert {e.args["iteration"] for e in events} == set(range(7))
+    for w in range(3):  # one compute resource: its slices never overlap (waits included)
+        row = sorted((e for e in events if e.process == f"worker {w}" and e.thread == "compute"),
+                     key=lambda e: e.start_s)
+        assert all(b.start_s >= a.start_s + a.duration_s - 1e-9 for a, b in zip(row, row[1:]))
+
+
+def test_predicted_ps_timeline_draws_forward_after_the_wait_for_parameters():
+    """A slow link: every step waits for its pulls; the layers that needed them start after the wait."""
+    events = predicted_events(_toy_profile(), Cluster(2, bandwidth_bps=1e8), Strategy("ps-sync"),
+                              CommModel.from_link(1e8, 1e-5), 3, variability=False)
+    waits = [e for e in events if e.process == "worker 0" and e.name == "wait for parameters"]
+    assert waits and all(w.duration_s > 0.01 for w in waits)
+    for wait in waits:
+        after = [e for e in events if e.process == "worker 0" and e.name.startswith("forward")
+                 and e.args["iteration"] == wait.args["iteration"] and e.start_s >= wait.start_s]
+        assert after and min(e.start_s for e in after) == pytest.approx(wait.start_s + wait.duration_s)
 
 
 def _measurement(strategy="allreduce", grouping="per-layer"):

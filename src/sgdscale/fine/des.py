@@ -297,7 +297,7 @@ class _PsRun:
             comp = extra + cf[j] - cf[j0]
             nxt[w] = j
             if trace is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
-                self._trace_compute(w, k, t0, extra, j0, j)
+                self._trace_compute(w, k, t0, extra, j0, j, have_t[w] if k > 0 else None, need)
             if j == L:
                 _, _, bwd, rel, _, _ = tab[w]
                 t_end = t + bwd
@@ -553,7 +553,10 @@ class _PsRun:
     def _room(self) -> bool:
         return self.trace is not None and len(self.trace) < self.trace_max_events
 
-    def _trace_compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int) -> None:
+    def _trace_compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int,
+                       arrival: list[float] | None = None, need: list[list[int]] | None = None) -> None:
+        """Draw layers j0..j-1 of worker w's forward (and its backward once forward is done) as
+        `advance` ran them: a layer whose parameters were still in flight starts when they arrive."""
         if not self._room():
             return
         pre, cf, bwd, _, row, scale = self.tables.get(self.rows[k][w], float(self.sampler.scale[w]))
@@ -564,6 +567,8 @@ class _PsRun:
             self.trace.append(TraceEvent("data", t, extra, proc, "compute", args))
             t += extra
         for layer in range(j0, j):
+            if arrival is not None:
+                t = max(t, max((arrival[m] for m in need[layer]), default=t))
             d = cf[layer + 1] - cf[layer]
             self.trace.append(TraceEvent(f"forward {names[layer]}", t, d, proc, "compute", args))
             t += d
