@@ -158,7 +158,7 @@ def _check_measured_trace(m, path):
 @pytest.mark.dist
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("strategy, extra", [("allreduce", {}), ("allreduce", {"grouping": "per-layer"}),
-                                             ("ps-sync", {"ps_count": 1})])
+                                             ("ps-sync", {"ps_count": 1}), ("ps-async", {"ps_count": 1})])
 def test_real_traced_run_writes_its_measured_timeline(tmp_path, strategy, extra):
     from sgdscale.report.timeline import write_measured_trace
     from sgdscale.runtime.train import TrainConfig, run_training
@@ -185,7 +185,14 @@ def test_real_traced_run_writes_its_measured_timeline(tmp_path, strategy, extra)
             assert len(pushes) == 6 * 5  # 6 tensors per step
     if strategy.startswith("ps"):
         updates = [e for e in intervals if names[e["pid"]] == "server 0" and e["name"].startswith("update")]
-        assert len(updates) == 6 * 5
+        assert len(updates) == 6 * 5 * (2 if strategy == "ps-async" else 1)  # async: each worker's gradient
+        # the server's wait for each worker's gradient of each tensor (sync: worker by worker; async:
+        # in the row of the thread that serves that worker)
+        receives = [e for e in intervals if names[e["pid"]] == "server 0" and e["name"].startswith("wait for")]
+        assert sorted((e["args"]["worker"], e["args"]["tensor"], e["args"]["iteration"]) for e in receives) == sorted(
+            (w, i, k) for w in range(2) for i in range(6) for k in range(5))
+        if strategy == "ps-async":
+            assert {e["cat"] for e in receives} == {"from worker 0", "from worker 1"}
 
 
 @pytest.mark.dist

@@ -21,8 +21,11 @@ iteration k+1 from the same parameters: this is synchronous SGD on the averaged 
 
 Traced runs (`config["trace"]`, worker.EventRecorder): a worker timestamps each pull wait inside
 forward ("wait for parameters"), its wait for the previous pushes, and the moment each push is
-posted (gloo's send/recv work has no completion callback, so a push's end is not observed); a
-shard timestamps its waits for gradients and each update. Untraced runs install none of it.
+posted (gloo's send/recv work has no completion callback, so a push's end is not observed there);
+a shard timestamps each update and its wait for each gradient: a sync shard waits worker by worker,
+so the end of "wait for worker w" is when w's gradient was in (or the previous wait ended, if it
+was in earlier: then the slice is ~0 long), the nearest the runtime sees to a push's completion.
+Untraced runs install none of it.
 
 Asynchronous shard: one thread per worker, no barrier; each gradient tensor is applied on
 arrival (`p -= lr * g`, under a lock per shard) and the fresh value goes straight back to the
@@ -235,12 +238,16 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
         recvs = {(w, i): dist.irecv(grads[w, i], src=w, tag=i) for i in order for w in range(workers)}
         replies = []
         for i in order:
-            waiting = time.perf_counter() if recorder is not None else 0.0
-            for w in range(workers):
-                recvs[w, i].wait()
+            if recorder is None:
+                for w in range(workers):
+                    recvs[w, i].wait()
+            else:
+                for w in range(workers):  # worker by worker: a gradient that was already in shows as ~0
+                    waiting = time.perf_counter()
+                    recvs[w, i].wait()
+                    recorder.add("receive", f"wait for worker {w}", waiting, time.perf_counter(),
+                                 {"tensor": i, "worker": w})
             t = time.perf_counter()
-            if recorder is not None:
-                recorder.add("update", "wait for gradients", waiting, t, {"tensor": i})
             summed = grads[0, i].clone()
             for w in range(1, workers):
                 summed.add_(grads[w, i])
@@ -272,7 +279,11 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
                 recvs = {i: dist.irecv(grads[i], src=w, tag=i) for i in order}
                 replies = []
                 for i in order:
+                    waiting = time.perf_counter() if recorder is not None else 0.0
                     recvs[i].wait()
+                    if recorder is not None:
+                        recorder.add(f"from worker {w}", "wait for gradients", waiting, time.perf_counter(),
+                                     {"tensor": i, "worker": w}, iteration=iteration)
                     with lock:
                         t = time.perf_counter()
                         values[i].add_(grads[i], alpha=-lr)
