@@ -69,7 +69,30 @@ def summarize(path: Path) -> list[str]:
         lines.append(f"| {process} | {row} | {name} | {len(durations)} | {statistics.median(durations):.2f} | "
                      f"{sum(durations) / iterations:.1f} |")
     lines.append("")
+    lines += last_collective(by, names)
     return lines
+
+
+def last_collective(by: dict, names: dict) -> list[str]:
+    """All-reduce: when each iteration's last collective began after the step began, and how long the
+    step went on after it ended (worker 0 measured; the predicted stream against worker 0 predicted)."""
+    out = []
+    for side, process, row in (("measured", "worker 0 · measured", "all-reduce"),
+                               ("predicted", "network · predicted", "all-reduce stream")):
+        steps = {e["args"]["iteration"]: e for e in by.get((f"worker 0 · {side}", "step"), [])}
+        last: dict[int, dict] = {}
+        for e in by.get((process, row), []):
+            k = e["args"]["iteration"]
+            if k not in last or e["ts"] > last[k]["ts"]:
+                last[k] = e
+        if not last:
+            continue
+        launch = [(last[k]["ts"] - steps[k]["ts"]) / 1e3 for k in sorted(last)]
+        after = [(steps[k]["ts"] + steps[k]["dur"] - last[k]["ts"] - last[k]["dur"]) / 1e3 for k in sorted(last)]
+        out.append(f"{side}: the last collective began {min(launch):.0f}-{max(launch):.0f} ms after worker 0's step "
+                   f"began (median {statistics.median(launch):.0f}); the step ended {min(after):.0f}-{max(after):.0f} "
+                   f"ms after it completed (median {statistics.median(after):.0f})")
+    return out + [""] if out else []
 
 
 def main() -> None:
