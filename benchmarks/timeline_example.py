@@ -8,6 +8,7 @@ predicted step, and per row and kind of slice (forward, all-reduce bucket, wait 
 update, ...) how many there are and how long they take per iteration on each side.
 
     flock /tmp/sgdscale-cpu.lock nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/timeline_example.py
+With --repredict, the kept runs are re-predicted and their traces rewritten (after a model change).
 Writes benchmarks/results/timeline_example/ (validate's folder: results.json, measurements,
 network file, traces/*.trace.json) and benchmarks/results/timeline_example.txt.
 """
@@ -97,9 +98,10 @@ def last_collective(by: dict, names: dict) -> list[str]:
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-m", "sgdscale.cli", *COMMAND], capture_output=True, text=True)
+    command = COMMAND + [arg for arg in sys.argv[1:] if arg == "--repredict"]
+    done = subprocess.run([sys.executable, "-m", "sgdscale.cli", *command], capture_output=True, text=True)
     with open(OUT / "validate-output.txt", "a") as log:  # a rerun resumes (runs nothing new): keep both
-        log.write(f"$ sgdscale {' '.join(COMMAND)}\n{done.stdout}{done.stderr}\n")
+        log.write(f"$ sgdscale {' '.join(command)}\n{done.stdout}{done.stderr}\n")
     if done.returncode != 0:
         sys.exit(f"validate failed:\n{done.stderr[-3000:]}")
     lines = ["# timelines side by side: example (sgdscale " + " ".join(COMMAND) + ")", ""]
