@@ -18,7 +18,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile
-from sgdscale.result import Outcome, Prediction, Result
+from sgdscale.result import Outcome, Prediction, Result, TimelineSpec
 from sgdscale.strategy import Strategy
 
 METHODS = ("fine", "coarse")
@@ -28,7 +28,7 @@ Progress = Callable[[int, int, str], None]  # (done, total, what is running next
 
 def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
-               timeline: bool = False) -> Outcome:
+               timeline: bool | TimelineSpec = False) -> Outcome:
     """One method's outcome for one cluster size; `comm` is the NIC's cost model (nominal or
     measured), from which the topology of `cluster` answers every cost."""
     comm = Topology.of(cluster, comm, strategy)
