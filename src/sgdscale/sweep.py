@@ -217,7 +217,8 @@ def _inputs(task: dict[str, Any]):
     profile = _profile(task["profile"])
     from sgdscale.predict import check_inputs
 
-    check_inputs(profile, cluster, strategy, counts, [task["method"]], task["iterations"], task["warmup"])
+    check_inputs(profile, cluster, strategy, counts, [task["method"]], task["iterations"], task["warmup"],
+                 task["seed"])
     return profile, counts, cluster, comm, strategy
 
 
