@@ -8,8 +8,8 @@ and a fix (exit status 2) instead of a nan/inf prediction, a traceback or a run 
 The ranges are wide on purpose: each admits anything a real cluster or model can have by orders of
 magnitude and rejects only values that are typos or corruption (1e30 s, 1e-300 bit/s, NaN). The
 work bounds (`check_work`) are what this program can finish: they are in the units the engines'
-cost grows with (measured in docs/design.md's engines: worker-steps for the vectorized all-reduce
-simulation, messages for the discrete-event one).
+cost grows with (worker-steps for the vectorized all-reduce simulation, worker x step x tensor for the
+discrete-event one).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ class Range:
         if self.label:
             return self.label
         unit = f" {self.unit}" if self.unit else ""
+        if math.isinf(self.high):
+            return f"{'above' if self.low_open else 'at least'} {self.low:g}{unit}"
         number = "{:,.0f}" if self.integer and self.high < 1e10 else "{:g}"
         low = f"above {number.format(self.low)}" if self.low_open else number.format(self.low)
         return f"{low} to {number.format(self.high)}{unit}"
@@ -60,6 +62,8 @@ class Range:
         return None
 
 
+FINITE_NON_NEGATIVE = Range(0, math.inf)  # internal quantities: any size, but a number
+FINITE_POSITIVE = Range(0, math.inf, low_open=True)
 # Times: no part of one SGD step (a layer, a step, a message) takes longer than a day.
 SECONDS = Range(0, 86400, "s")
 LATENCY_S = Range(0, 10, "s")  # a one-way link latency: 10 s is beyond any real network
@@ -70,7 +74,7 @@ WORK = Range(0, 1e21)  # counted flops or bytes moved by one layer in one step
 BATCH = Range(1, 1e9, integer=True)
 SCALE = Range(1e-3, 1e3)  # a node's compute speed relative to the profile
 SLOWDOWN = Range(1, 1e3)  # interference ratios (>= 1 by definition)
-CORES = Range(0, 1e4, "cores", low_open=True)
+CORES = Range(1e-3, 1e4, "cores")  # a thousandth of a core: below what a cgroup quota can give
 CPU_S_PER_BYTE = Range(0, 1, "s/byte", low_open=True)
 # Cluster sizes: the largest data-parallel jobs run ~1e5 devices; the fine all-reduce simulation
 # keeps ~110 bytes of state per worker, so 1e6 workers stay ~100 MB.
@@ -83,14 +87,16 @@ ITERATIONS = Range(1, 1_000_000, "steps", integer=True)
 WARMUP = Range(0, 1_000_000, "steps", integer=True)
 SEED = Range(0, 2**32 - 1, integer=True)  # numpy's SeedSequence takes non-negative integers
 BUCKET_MIB = Range(0, 1e7, "MiB", low_open=True)
+SAMPLES_PER_S = Range(0, 1e15, "samples/s", low_open=True)
 WORKER_COUNTS = 10_000  # distinct counts in one prediction: each is a whole prediction
 
-# Work the fine method may take on (the engines' cost, measured on a 2-core 2026 machine):
-# vectorized all-reduce ~23 ns per worker-step plus ~75 us per step; discrete-event PS ~8 us per
-# message. Both bounds are about four minutes of simulation.
-FINE_ALLREDUCE_WORKER_STEPS = 1e10
+# Work the fine method may take on, from the engines' CPU cost measured with `sgdscale predict`
+# on the development machine: vectorized all-reduce ~23 ns per worker-step plus ~75 us per step,
+# discrete-event PS ~7.5 us per worker x step x tensor. Both bounds are about a minute of one core;
+# beyond them the coarse method answers in milliseconds.
+FINE_ALLREDUCE_WORKER_STEPS = 2.5e9
 FINE_ALLREDUCE_STEP_OVERHEAD_WORKERS = 3300  # the per-step cost, in worker units
-FINE_DES_MESSAGES = 3e7
+FINE_DES_MESSAGES = 1e7
 
 
 def show(value: Any) -> str:
@@ -139,6 +145,8 @@ CpuSecondsPerByte = Annotated[float, bounded(CPU_S_PER_BYTE)]
 WorkerCount = Annotated[int, bounded(WORKERS)]
 GpusPerNode = Annotated[int, bounded(GPUS_PER_NODE)]
 ServerCount = Annotated[int, bounded(SERVERS)]
+NonNegative = Annotated[float, bounded(FINITE_NON_NEGATIVE)]
+Positive = Annotated[float, bounded(FINITE_POSITIVE)]
 NodeIndex = Annotated[int, bounded(Range(0, MAX_WORKERS - 1, integer=True))]
 
 
@@ -191,8 +199,8 @@ def check_work(kind: str, methods: Sequence[str], worker_counts: Sequence[int], 
     if work > limit:
         raise UserError(
             f"--method fine for {kind} at {max(worker_counts):,} workers x {steps:,} steps (warm-up included) x "
-            f"{tensors} tensors is {work:.3g} {unit}, over the limit of {limit:.3g} (about four minutes of "
-            "simulation); use --method coarse, fewer --iterations or fewer workers")
+            f"{tensors} tensors is {work:.3g} {unit} over all worker counts, over the limit of {limit:.3g} (about "
+            "a minute of simulation); use --method coarse, fewer --iterations or fewer worker counts")
 
 
 def check_output_path(path: str | os.PathLike[str] | None, option: str) -> None:

@@ -14,8 +14,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sgdscale.errors import UserError
-from sgdscale.inputs import (BANDWIDTH_BPS, ByteCount, CpuSecondsPerByte, Cores, LatencySeconds, Seconds, SecondsPerByte, Slowdown,
-                             WorkerCount, worker_key)
+from sgdscale.inputs import (BANDWIDTH_BPS, LATENCY_S, SECONDS_PER_BYTE, ByteCount, Cores, CpuSecondsPerByte,
+                             NonNegative, Positive, Seconds, Slowdown, WorkerCount, show, worker_key)
 from sgdscale.jsonio import read_document
 
 NETWORK_SCHEMA = "sgdscale.network/1"
@@ -25,11 +25,12 @@ class AlphaBeta(BaseModel):
     """t(M) = alpha_s + beta_s_per_byte * M for a message of M bytes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    alpha_s: LatencySeconds
-    beta_s_per_byte: SecondsPerByte
+    alpha_s: NonNegative
+    beta_s_per_byte: Positive
 
     def time_s(self, nbytes: float) -> float:
         return self.alpha_s + self.beta_s_per_byte * nbytes
+
 
 
 class BenchPoint(BaseModel):
@@ -101,9 +102,15 @@ class Network(BaseModel):
     @field_validator("allreduce", "incast")
     @classmethod
     def _worker_keys(cls, fits: dict[str, AlphaBeta]) -> dict[str, AlphaBeta]:
-        for key in fits:
+        for key, fit in fits.items():
             worker_key(key)
+            _measurable(fit, f"{key}.")
         return fits
+
+    @field_validator("p2p")
+    @classmethod
+    def _p2p(cls, fit: AlphaBeta) -> AlphaBeta:
+        return _measurable(fit)
 
     @field_validator("environment")
     @classmethod
@@ -121,6 +128,16 @@ class Network(BaseModel):
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+
+def _measurable(fit: AlphaBeta, where: str = "") -> AlphaBeta:
+    """A fit a real link can have (sgdscale.inputs); costs the program derives (a tree of slow
+    links) may exceed these bounds, so they are checked on files, not on every AlphaBeta."""
+    for name, allowed in (("alpha_s", LATENCY_S), ("beta_s_per_byte", SECONDS_PER_BYTE)):
+        problem = allowed.problem(getattr(fit, name))
+        if problem is not None:
+            raise ValueError(f"{where}{name} = {show(getattr(fit, name))}: {problem} (allowed: {allowed.text()})")
+    return fit
 
 
 def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.ndarray) -> AlphaBeta:
