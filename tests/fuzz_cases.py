@@ -80,6 +80,8 @@ CLUSTER = {
     "slow_nodes": [{"node": 1, "compute_scale": 1.5}], "slow_nics": [{"node": 0, "bandwidth": "5Gbit"}],
 }
 QUICK = ["--iterations", "4", "--warmup", "1"]  # every case's simulation stays short
+SWEEP_SPEC = {"workers": "1,2", "bandwidth": ["1Gbit", "10Gbit"], "latency": "20us", "strategy": ["allreduce", "ps-sync"],
+              "ps": [1, 2], "bucket_mb": [5, 25], "method": ["coarse"], "iterations": 4, "warmup": 1, "seed": 0}
 
 
 def base_profile(name: str) -> dict[str, Any]:
@@ -162,7 +164,8 @@ def make_case(rng: Random, workdir: Path, profiles: dict[str, dict[str, Any]]) -
     out = workdir / "prediction.json"
     out.unlink(missing_ok=True)
     name = rng.choice(sorted(profiles))
-    kind = rng.choice(["profile", "profile-bytes", "network", "cluster", "options", "options", "show", "advise"])
+    kind = rng.choice(["profile", "profile-bytes", "network", "cluster", "options", "options", "show", "advise",
+                       "sweep"])
     strategy = rng.choice(["allreduce", "ps-sync", "ps-async"])
     common = ["--strategy", strategy, "--method", rng.choice(["fine", "coarse", "both"]), *QUICK, "--json", str(out)]
     if kind in ("profile", "profile-bytes", "show"):
@@ -188,6 +191,19 @@ def make_case(rng: Random, workdir: Path, profiles: dict[str, dict[str, Any]]) -
         else:
             path.write_text(json.dumps(mutate_document(rng, CLUSTER)))
         return kind, ["predict", name, "--cluster", str(path), *common], out
+    if kind == "sweep":  # one process (-j 1): the grid's readers, not the pool, are under test
+        path, csv = workdir / "spec.json", workdir / "sweep.csv"
+        csv.unlink(missing_ok=True)
+        if rng.random() < 0.2:
+            path.write_bytes(mutate_text(rng, json.dumps({**SWEEP_SPEC, "profile": name})))
+        else:
+            path.write_text(json.dumps(mutate_document(rng, {**SWEEP_SPEC, "profile": name})))
+        argv = ["sweep", "--spec", str(path), "-o", str(csv), "-j", "1"]
+        if rng.random() < 0.3:
+            option = rng.choice(["--workers", "--bandwidth", "--latency", "--bucket-mb", "--ps", "--seed",
+                                 "--iterations", "--gpus-per-node", "--method"])
+            argv += [option, rng.choice(OPTION_VALUES.get(option, []) + NASTY_TEXT)]
+        return kind, argv, csv
     options: dict[str, str] = {"--workers": "1,2"}
     for option in rng.sample(sorted(OPTION_VALUES), rng.randint(1, 3)):
         pool = OPTION_VALUES[option] if rng.random() < 0.5 else NASTY_TEXT
@@ -241,10 +257,14 @@ def run_case(argv: list[str], out: Path, timeout_s: float = 20.0) -> tuple[str, 
         if _FINITE_WORDS.search(stdout.getvalue()):
             return "nan", _FINITE_WORDS.search(stdout.getvalue()).group(0) + " printed", seconds
         if out.exists():
-            try:
-                json.loads(out.read_text(), parse_constant=_reject_constant)
-            except ValueError as error:
-                return "nan", str(error), seconds
+            written = out.read_text()
+            if _FINITE_WORDS.search(written):
+                return "nan", f"{_FINITE_WORDS.search(written).group(0)} written to {out.name}", seconds
+            if out.suffix == ".json":
+                try:
+                    json.loads(written, parse_constant=_reject_constant)
+                except ValueError as error:
+                    return "nan", str(error), seconds
         return "finite result", "", seconds
     if code == 2 and err.startswith("error: ") and len(err.splitlines()) == 1:
         return "clean error", err[:300], seconds

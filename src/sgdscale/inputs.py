@@ -90,10 +90,11 @@ BUCKET_MIB = Range(0, 1e7, "MiB", low_open=True)
 SAMPLES_PER_S = Range(0, 1e15, "samples/s", low_open=True)
 WORKER_COUNTS = 10_000  # distinct counts in one prediction: each is a whole prediction
 
-# Work the fine method may take on, from the engines' CPU cost measured with `sgdscale predict`
-# on the development machine: vectorized all-reduce ~23 ns per worker-step plus ~75 us per step,
-# discrete-event PS ~7.5 us per worker x step x tensor. Both bounds are about a minute of one core;
-# beyond them the coarse method answers in milliseconds.
+# Work the fine method may take on. Discrete-event PS: ~4 us per worker x step x tensor
+# (benchmarks/results/predict_speed.md: 64 workers x 110 steps x 161 tensors in 4.2-4.3 s), twice
+# that on a loaded machine. Vectorized all-reduce: ~75 us per step plus ~23 ns per worker-step
+# (`sgdscale predict resnet18 --method fine` with --iterations 20000, and with --workers 1000000:
+# 2.9 s and 160 MB). Both bounds are about a minute of one core; the coarse method answers in ms.
 FINE_ALLREDUCE_WORKER_STEPS = 2.5e9
 FINE_ALLREDUCE_STEP_OVERHEAD_WORKERS = 3300  # the per-step cost, in worker units
 FINE_DES_MESSAGES = 1e7
