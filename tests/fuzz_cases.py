@@ -228,7 +228,7 @@ def _alarm(signum, frame):
     raise _Timeout
 
 
-_FINITE_WORDS = re.compile(r"\b(nan|inf|infinity)\b", re.IGNORECASE)
+_FINITE_WORDS = re.compile(r"\b(nan|inf)\b")  # as Python formats them; a name "NaN" is text, not a number
 
 
 def _reject_constant(name: str) -> None:
