@@ -131,6 +131,8 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     pulled: list[list[int]] = [[-1] * plan.messages for _ in range(n)]  # last pull op per (worker, msg)
     last_op = [-1] * n
     step_end: list[list[int]] = []
+    # Shard s posts its receives of step k once all its replies of step k-1 have been delivered.
+    replies: list[list[int]] = [[] for _ in range(shards)]
     for k in range(steps):
         offsets = plan.release_offsets(backward_s[k])
         ends = []
@@ -155,16 +157,19 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
                 else:
                     before = layer_done[layer + 1] if layer + 1 < layers else forward_end
                     ready = dag.add(fraction * backward_s[k, w, layer], resource=-1, preds=[before])
-                pushes[m].append(dag.add(conn=push[w][plan.shard[m]], nbytes=plan.bytes[m], preds=[ready]))
+                pushes[m].append(dag.add(conn=push[w][plan.shard[m]], nbytes=plan.bytes[m],
+                                         preds=[ready, *replies[plan.shard[m]]]))
             last_op[w] = op
             ends.append(op)
         # Receive before send (gloo): worker w's receive notice for shard s follows its last push to s.
         notice = [[[pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s] for s in range(shards)]
                   for w in range(n)]
+        replies = [[] for _ in range(shards)]
         for m in range(plan.messages):
             update = dag.add(plan.update_s[m], resource=n + plan.shard[m], preds=pushes[m], name=f"update m{m} k{k}")
             for w in range(n):
                 pulled[w][m] = dag.add(conn=pull[plan.shard[m]][w], nbytes=plan.bytes[m],
                                        preds=[update, *notice[w][plan.shard[m]]])
+                replies[plan.shard[m]].append(pulled[w][m])
         step_end.append(ends)
     return dag, net, n + shards, step_end

@@ -22,8 +22,14 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   pushes to s: a shard's new parameters start towards worker w only after w's last push of the
   step has reached that shard. (Measured on the emulated cluster: without this rule, sync PS at
   200 Mbit/s was predicted 30% too fast, because pulls overlapped pushes that in reality block
-  them.) The other direction needs no rule: a shard's replies complete into socket buffers at
-  once, so its receives for the next step are posted long before any worker pushes again.
+  them.) The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
+  only when all its replies of step k have left (the runtime's server waits for its sends before it
+  posts the next receives, `sgdscale.runtime.ps`), so a worker that got its parameters early
+  cannot push step k+1 to that shard while the shard still replies to a slower worker. Without this
+  rule the simulation drifted, over some tens of steps, from serial push and pull phases into a
+  pattern where early workers' pushes overlap late workers' pulls: the predicted step shrank with
+  the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s over 20
+  steps, 4.70 s over 200), a state the runtime's server never allows.
 
 Strategies:
 - ps-sync: a worker pushes each message as soon as backward completes its group; the shard, once
@@ -250,6 +256,15 @@ class _PsRun:
         notice_k = [[-1] * shards for _ in range(n)]
         notice_t = [[0.0] * shards for _ in range(n)]
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
+        # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
+        # all sent (its receives for the next step are posted then; `posted_t` is when that notice
+        # reaches the workers), the replies of the step after it delivered so far, and pushes held
+        # until the shard posts their receives: (worker, message, release, step).
+        replies_of_step = [n * c for c in per_shard]
+        posted_k = [-1] * shards
+        posted_t = [0.0] * shards
+        replies_done = [0] * shards
+        held_push: list[list[tuple]] = [[] for _ in range(shards)]
 
         if trace is not None:
             self._install_flow_trace(trace_workers, trace_iters)
@@ -308,6 +323,12 @@ class _PsRun:
                     if release < lr[s]:
                         release = lr[s]
                     lr[s] = release
+                    if sync and k > 0:
+                        if posted_k[s] < k - 1:  # shard s still replies step k-1 to someone
+                            held_push[s].append((w, m, release, k))
+                            continue
+                        if release < posted_t[s]:
+                            release = lr[s] = posted_t[s]
                     push_send(pc[s], msg_bytes[m], release, lnow, base + m, k)
                 heappush(heap, (t_end, next(seq), _STEP_END, w, 0))
             else:
@@ -321,6 +342,22 @@ class _PsRun:
             w, m = divmod(token, M)
             have[w][m] = k
             have_t[w][m] = arrival
+            if sync:
+                s = msg_shard[m]
+                replies_done[s] += 1
+                if replies_done[s] == replies_of_step[s]:  # shard s posts its receives of step k+1
+                    replies_done[s] = 0
+                    posted_k[s] = k
+                    posted_t[s] = arrival
+                    waiting_pushes = held_push[s]
+                    if waiting_pushes:
+                        held_push[s] = []
+                        for w2, m2, release, k2 in waiting_pushes:
+                            if release < arrival:  # (held in release order: FIFO is kept)
+                                release = arrival
+                            if release > last_release[w2][s]:
+                                last_release[w2][s] = release
+                            push_send(push_conn[w2][s], msg_bytes[m2], release, lnow, w2 * M + m2, k2)
             if waiting[w]:
                 j = nxt[w]
                 if m in need[j]:
