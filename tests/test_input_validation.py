@@ -285,3 +285,41 @@ def test_a_late_failure_leaves_no_json(tmp_path, capsys, monkeypatch):
                        "--plot", str(tmp_path / "p.png"))
     assert "injected" in line
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the other readers
+
+
+def test_import_readers_share_the_json_checks(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    line = clean_error(capsys, "import", "kineto", str(deep), "--model-info", str(deep), "--batch-size", "8",
+                       "-o", str(tmp_path / "p.json"))
+    assert "nested more than 64 levels deep" in line
+    info = tmp_path / "info.json"
+    info.write_bytes(b"\xff")
+    assert "not UTF-8 text" in clean_error(capsys, "import", "kineto", str(deep), "--model-info", str(info),
+                                           "--batch-size", "8", "-o", str(tmp_path / "p.json"))
+
+
+@pytest.mark.parametrize("spec, fragment", [
+    ({"profile": [{"a": 1}]}, "grid key 'profile'"),
+    ({"profile": "cnn", "iterations": "abc"}, "whole numbers"),
+    ({"profile": "cnn", "iterations": math.inf}, "whole numbers"),
+    ({"profile": "cnn", "bucket_mb": [math.nan]}, "--bucket-mb nan: not a finite number"),
+    ({"profile": "cnn", "bandwidth": [[1, 2]]}, "grid key 'bandwidth'"),
+    ({"profile": "cnn", "ps": [10**9]}, "--ps 1000000000: too large"),
+])
+def test_bad_sweep_specs(tmp_path, capsys, spec, fragment):
+    path = write(tmp_path / "spec.json", spec)
+    assert fragment in clean_error(capsys, "sweep", "--spec", str(path), "-o", str(tmp_path / "s.csv"), "-j", "1")
+    assert not (tmp_path / "s.csv").exists()
+    assert "is a directory" in clean_error(capsys, "sweep", "--spec", str(tmp_path), "-o", str(tmp_path / "s.csv"))
+
+
+def test_a_number_in_a_sweep_spec_is_bit_per_second(tmp_path, capsys):
+    path = write(tmp_path / "spec.json", {"profile": "cnn", "workers": "2", "bandwidth": [1e9], "iterations": 4})
+    out = tmp_path / "s.csv"
+    code, _, err = run(capsys, "sweep", "--spec", str(path), "-o", str(out), "-j", "1")
+    assert code == 0, err
+    assert "1000000000.0" in out.read_text()

@@ -97,18 +97,17 @@ def parse_json_text(text: str | bytes, source: str, what: str) -> Any:
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise UserError(f"{source}: not UTF-8 text (byte 0x{text[error.start]:02x} at offset {error.start}); "
-                            f"is it a {what}?") from None
+            raise UserError(f"{source}: not UTF-8 text (byte 0x{text[error.start]:02x} at offset {error.start}), "
+                            f"so not a {what}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise UserError(f"{source}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}); "
-                        f"is it a {what}?") from None
+        raise UserError(f"{source}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg}), "
+                        f"so not a {what}") from None
     except RecursionError:
         data = None
     if data is None or not _depth_ok(data):
-        raise UserError(f"{source}: nested more than {MAX_DEPTH} levels deep, which no {what} is; "
-                        f"is it a {what}?")
+        raise UserError(f"{source}: nested more than {MAX_DEPTH} levels deep, so not a {what}")
     return data
 
 

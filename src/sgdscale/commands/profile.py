@@ -4,7 +4,6 @@ profile layer by layer. torch is imported only inside `profile`, so `show` works
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 

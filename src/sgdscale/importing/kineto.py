@@ -41,7 +41,6 @@ which is all this import needs; the Chrome trace is plain JSON, read here with t
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -85,17 +84,14 @@ class _Step:
 
 
 def _load_events(path: Path) -> tuple[dict[str, Any], list[_Event]]:
+    from sgdscale.jsonio import read_json_file
+
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"trace file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read trace {path}: {error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path} is not a Chrome trace: not valid JSON (line {error.lineno}: {error.msg}); "
-                        "give the file written by prof.export_chrome_trace()") from None
+        data = read_json_file(path, what="Chrome trace", missing=f"trace file {path} does not exist")
+    except UserError as error:
+        if not path.exists():
+            raise
+        raise UserError(f"{error}; give the file written by prof.export_chrome_trace()") from None
     raw = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(raw, list):
         raise UserError(f"{path} is not a Chrome trace (no \"traceEvents\" list); "
