@@ -187,6 +187,8 @@ def test_advise_and_sweep_bound_their_options(tmp_path, capsys):
     assert "--target-throughput 1e400/s: not a finite number" in clean_error(
         capsys, "advise", "cnn", "--target-throughput", "1e400/s")
     assert "--seed -1: too small" in clean_error(capsys, "advise", "cnn", "--seed", "-1")
+    assert "over the limit of 1e+07" in clean_error(capsys, "advise", "cnn", "--method", "fine",
+                                                   "--workers", "1-1000000:x2")
     assert "--seed -1: too small" in clean_error(capsys, "sweep", "cnn", "--seed", "-1", "-o", str(tmp_path / "s.csv"))
     assert not (tmp_path / "s.csv").exists()
 

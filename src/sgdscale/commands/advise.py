@@ -113,6 +113,9 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
         raise UserError("--target-throughput searches the NIC bandwidth, which --cpu-per-node caps; drop one of them")
     counts, cluster, comm, notes = resolve_cluster(ps_count=1, interference=not no_interference, **cluster_options)
     loaded = load_profile(profile)
+    if method == "fine":  # each kind's cheapest configuration alone must fit the fine method's bound
+        for kind in kinds:
+            inputs.check_work(kind, ["fine"], counts, iterations + warmup, len(loaded.tensors))
     with console.status("searching", spinner="dots") if console.is_terminal else _nothing():
         advice = advise(loaded, cluster, comm, counts, method=method, confirm=confirm, confirm_top=confirm_top,
                         top=top, target_efficiency=target_efficiency, target_throughput=throughput,
