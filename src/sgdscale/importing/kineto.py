@@ -47,8 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sgdscale import __version__
 from sgdscale.errors import UserError
+from sgdscale.inputs import describe
 from sgdscale.importing.modelinfo import HOW_TO_WRITE, ModelInfo
 from sgdscale.profile import PROFILE_SCHEMA, IterationStats, Profile
 
@@ -209,8 +212,8 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
                      "optimizer_s": statistics.fmean(s.optimizer_s for s in parsed)},
             "iteration_s": iteration,
         })
-    except ValueError as error:  # e.g. tensor names repeated in a hand-written model-info
-        raise UserError(f"the imported profile is invalid: {error}; {HOW_TO_WRITE}") from None
+    except ValidationError as error:  # e.g. tensor names repeated in a hand-written model-info
+        raise UserError(describe(error, "the imported profile is invalid", HOW_TO_WRITE)) from None
 
 
 def _read_step(step: _Event, inside: list[_Event], mapping: dict[tuple[str, int], int], tensor_layer: list[int],
