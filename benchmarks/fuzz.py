@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=120.0)
     parser.add_argument("--only", type=int, default=None, help="run case I alone and print its argv and outcome")
     parser.add_argument("--out", default=str(RESULTS / "fuzz"), help="output prefix (.json and .md)")
+    parser.add_argument("--code", default="this checkout", help="what sgdscale on PYTHONPATH is, for the record")
     args = parser.parse_args()
     # A memory blow-up must show as a MemoryError (a traceback), not take the machine down.
     resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
@@ -70,12 +71,13 @@ def main() -> None:
         "counts": counts, "by_kind": by_kind,
         "case_seconds": {"median": statistics.median(seconds), "p99": seconds[int(0.99 * (len(seconds) - 1))],
                          "max": seconds[-1]},
-        "distinct_errors": len({r["message"].split(":")[0] for r in rows if r["outcome"] == "clean error"}),
+        "code": args.code,
         "python": platform.python_version(), "machine": platform.machine(),
         "command": "nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/fuzz.py " + " ".join(sys.argv[1:]),
+        "slowest": sorted(rows, key=lambda r: -r["seconds"])[:5],
     }
     write_json_atomic(f"{args.out}.json", {"summary": summary, "cases": rows})
-    lines = [f"# Bad input, fuzzed ({len(rows):,} cases, seed {args.seed})", "",
+    lines = [f"# Bad input, fuzzed ({len(rows):,} cases, seed {args.seed}; code: {args.code})", "",
              f"Command: `{summary['command']}`; {wall_s:.0f} s in all, per case median "
              f"{summary['case_seconds']['median'] * 1e3:.0f} ms, p99 {summary['case_seconds']['p99'] * 1e3:.0f} ms, "
              f"max {summary['case_seconds']['max']:.2f} s.", "",
@@ -86,6 +88,8 @@ def main() -> None:
     bad = [r for r in rows if r["outcome"] not in ("finite result", "clean error")]
     lines += ["", f"Cases that did not end in a finite result or a clean error: {len(bad)}"]
     lines += [f"- case {r['case']} ({r['kind']}): {r['outcome']}: {r['message']}" for r in bad[:30]]
+    lines += ["", "Slowest cases:"] + [f"- case {r['case']} ({r['kind']}, {r['outcome']}): {r['seconds']:.2f} s"
+                                       for r in summary["slowest"]]
     examples = collections.OrderedDict()
     for r in rows:
         if r["outcome"] == "clean error":
