@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import platform
 import resource
 import statistics
@@ -73,7 +74,8 @@ def main() -> None:
                          "max": seconds[-1]},
         "code": args.code,
         "python": platform.python_version(), "machine": platform.machine(),
-        "command": "nice -n 19 env PYTHONPATH=src .venv/bin/python benchmarks/fuzz.py " + " ".join(sys.argv[1:]),
+        "command": f"nice -n 19 env PYTHONPATH={os.environ.get('PYTHONPATH', '')} .venv/bin/python benchmarks/fuzz.py "
+                   + " ".join(sys.argv[1:]),
         "slowest": sorted(rows, key=lambda r: -r["seconds"])[:5],
     }
     write_json_atomic(f"{args.out}.json", {"summary": summary, "cases": rows})
