@@ -17,6 +17,7 @@ import collections
 import os
 import platform
 import resource
+import shlex
 import statistics
 import sys
 import tempfile
@@ -75,7 +76,7 @@ def main() -> None:
         "code": args.code,
         "python": platform.python_version(), "machine": platform.machine(),
         "command": f"nice -n 19 env PYTHONPATH={os.environ.get('PYTHONPATH', '')} .venv/bin/python benchmarks/fuzz.py "
-                   + " ".join(sys.argv[1:]),
+                   + shlex.join(sys.argv[1:]),
         "slowest": sorted(rows, key=lambda r: -r["seconds"])[:5],
     }
     write_json_atomic(f"{args.out}.json", {"summary": summary, "cases": rows})
