@@ -239,7 +239,7 @@ def run_case(argv: list[str], out: Path, timeout_s: float = 20.0) -> tuple[str, 
     """Run the CLI in-process; (outcome, detail, seconds). The alarm needs the main thread."""
     stdout, stderr = io.StringIO(), io.StringIO()
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    outer_s, _ = signal.setitimer(signal.ITIMER_REAL, timeout_s)  # e.g. pytest-timeout's alarm, restored below
     began = time.perf_counter()
     try:
         with redirect_stdout(stdout), redirect_stderr(stderr):
@@ -251,6 +251,8 @@ def run_case(argv: list[str], out: Path, timeout_s: float = 20.0) -> tuple[str, 
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer_s > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_s - (time.perf_counter() - began), 1e-3))
     seconds = time.perf_counter() - began
     err = stderr.getvalue().strip()
     if code == 0:
