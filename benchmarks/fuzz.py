@@ -59,7 +59,7 @@ def main() -> None:
                 print(outcome, detail)
                 return
             rows.append({"case": index, "kind": kind, "outcome": outcome, "seconds": round(seconds, 4),
-                         "message": detail[:200].replace(tmp, "$TMP")})
+                         "message": detail[:200].replace(tmp, "$TMP").replace("\n", " / ")})
             if index % 500 == 499:
                 counts = collections.Counter(r["outcome"] for r in rows)
                 print(f"{index + 1} cases, {time.perf_counter() - began:.0f} s: {dict(counts)}", flush=True)
