@@ -25,24 +25,20 @@ import sys
 import time
 from pathlib import Path
 
+from sgdscale.models import BUILTIN_MODELS
+
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "src" / "sgdscale" / "data" / "profiles"
 RESULTS = ROOT / "benchmarks" / "results"
 LOCK = "/tmp/sgdscale-cpu.lock"
 MACHINE = "2-core x86_64 VM CPU, 1 thread"
 
-# model -> (build_workload kwargs, batch size, warmup, iterations)
+# model -> (build_workload kwargs, batch size, warmup, iterations); the model and batch are the
+# built-in name's (sgdscale.models), so `sgdscale train NAME` runs the model profiled here.
+_RUNS = {"resnet18": (3, 20), "resnet50": (2, 12), "vgg16": (2, 10), "alexnet": (3, 20), "mobilenet_v2": (3, 20),
+         "densenet121": (2, 12), "gpt2": (3, 20), "bert": (3, 20), "mlp": (5, 30), "cnn": (5, 30)}
 CONFIGS: dict[str, tuple[dict, int, int, int]] = {
-    "resnet18": ({"image_size": 64}, 16, 3, 20),
-    "resnet50": ({"image_size": 64}, 16, 2, 12),
-    "vgg16": ({"image_size": 64}, 8, 2, 10),
-    "alexnet": ({"image_size": 96}, 32, 3, 20),
-    "mobilenet_v2": ({"image_size": 64}, 16, 3, 20),
-    "densenet121": ({"image_size": 64}, 16, 2, 12),
-    "gpt2": ({}, 8, 3, 20),
-    "bert": ({}, 8, 3, 20),
-    "mlp": ({"width": 2048, "depth": 4}, 64, 5, 30),
-    "cnn": ({"image_size": 32, "width": 32}, 32, 5, 30),
+    name: (dict(BUILTIN_MODELS[name].options), BUILTIN_MODELS[name].batch_size, *runs) for name, runs in _RUNS.items()
 }
 
 

@@ -108,7 +108,7 @@ def test_bytes_are_conserved_and_links_never_exceed_capacity(caps, msgs):
     assert end >= max(m[3] for m in msgs) - 1e-12
 
 
-from sgdscale.fine.links import StarNetwork  # noqa: E402
+from sgdscale.fine.hubs import StarNetwork  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)
@@ -150,7 +150,7 @@ def test_star_applies_only_to_stars():
     assert not StarNetwork.applies([1.0, 2.0, 5.0], [(0, 2), (1, 2)])  # unequal private links
 
 
-from sgdscale.fine.links import HybridNetwork  # noqa: E402
+from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402
 
 
 @settings(max_examples=80, deadline=None)

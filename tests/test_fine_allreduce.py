@@ -11,7 +11,7 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.fine import simulate
 from sgdscale.fine.allreduce import simulate_allreduce
-from sgdscale.fine.variability import ComputeSampler
+from sgdscale.variability import ComputeSampler
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import IterationStats, Layer, ParamTensor, Profile, StepTimes
 from sgdscale.strategy import Strategy
@@ -84,7 +84,7 @@ def test_one_worker_is_the_profiled_step(profile, grouping):
                        iterations=4, warmup=1, variability=False)
     assert np.allclose(outcome.iteration_s, profile.compute_s, rtol=1e-9, atol=0)
     assert outcome.breakdown.exposed_comm_s == 0.0
-    assert outcome.bottleneck.startswith("compute-bound")
+    assert outcome.bottleneck.startswith("compute:")
 
 
 @HYPOTHESIS
@@ -121,8 +121,8 @@ def test_step_at_least_critical_path_and_comm_stream_busy_time(profile, workers,
         assert np.all(outcome.iteration_s >= profile.compute_s * (1 - 1e-9))
     assert mean >= b.compute_s * (1 - 1e-6)
     assert b.compute_s + b.exposed_comm_s + b.wait_s == pytest.approx(mean, rel=1e-6)
-    assert 0 <= outcome.utilization["network"] <= 1 + 1e-9
-    assert 0 < outcome.utilization["compute"] <= 1 + 1e-6
+    assert 0 <= outcome.utilization["worker NIC out"] <= 1 + 1e-9
+    assert 0 < outcome.utilization["worker compute"] <= 1 + 1e-6
 
 
 def test_heterogeneous_workers_run_at_the_slowest_pace():
@@ -228,7 +228,7 @@ def test_bottleneck_words():
     assert comm_bound.bottleneck.startswith("communication:") and "100 Mbit/s ring" in comm_bound.bottleneck
     hidden = simulate(profile, Cluster(16, 1e12), Strategy(grouping="per-layer"), CommModel.from_link(1e12, 1e-7),
                       variability=False)
-    assert hidden.bottleneck.startswith("compute-bound")
+    assert hidden.bottleneck.startswith("compute:")
     latency_bound = simulate(profile, Cluster(64, 1e11, 5e-3), Strategy(grouping="per-tensor"),
                              CommModel.from_link(1e11, 5e-3), variability=False)
     assert "startup" in latency_bound.bottleneck

@@ -27,7 +27,7 @@ def linear_stack(count: int = 8, width: int = 512) -> Profile:
 
 
 def test_ddp_buckets_of_eight_linear_512_with_1mib_cap():
-    """ecosystem.md §4: DDP with 8 x Linear(512) and a 1 MB cap builds buckets of 1,050,624 B."""
+    """docs/reference/ecosystem.md §4: DDP with 8 x Linear(512) and a 1 MB cap builds buckets of 1,050,624 B."""
     groups = group_gradients(linear_stack(), Strategy(grouping="buckets", bucket_bytes=MIB), COMM, 4)
     assert [g.bytes for g in groups] == [1_050_624] * 8
     # reverse parameter order: layer 7's (weight, bias) first

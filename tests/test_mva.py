@@ -52,7 +52,7 @@ def test_exact_mva_equals_ctmc_global_balance(demands, think, customers):
 
 
 def test_textbook_example():
-    """reference/ecosystem.md §2: D = 0.2, 0.4; N = 10; Z = 1 -> X = 2.48524 (line-solver and hand MVA)."""
+    """docs/reference/ecosystem.md §2: D = 0.2, 0.4; N = 10; Z = 1 -> X = 2.48524 (line-solver and hand MVA)."""
     result = exact_mva([0.2, 0.4], 1.0, 10)
     assert result.throughput == pytest.approx(2.48524, abs=5e-6)
     x, r, q, u = result  # unpacks as the contract's tuple

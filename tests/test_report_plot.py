@@ -54,3 +54,24 @@ def test_plot_validation_writes_png(tmp_path):
     assert path.read_bytes()[:8] == PNG_MAGIC
     height, width, _ = mpimg.imread(path).shape
     assert width > 500 and height > 500
+
+
+def test_plot_says_what_the_table_says():
+    """Each breakdown bar carries its result's limited_by; a >10% method gap is marked (issue 11)."""
+    import matplotlib.pyplot as plt
+
+    from sgdscale.report.plot import prediction_figure
+
+    data = prediction()
+    for r in data.results:
+        r.limited_by = "NIC" if r.workers > 2 else "compute"
+    data.results[-1].throughput *= 1.5  # coarse at 16 workers now 50% above fine
+    fig = prediction_figure(data)
+    try:
+        ax_tp, ax_bd = fig.axes
+        fine = [r for r in data.results if r.method == "fine"]
+        assert [t.get_text() for t in ax_bd.texts] == [r.limited_by for r in fine]
+        (gap,) = data.disagreements()
+        assert [t.get_text() for t in ax_tp.texts] == [f"methods differ {gap['difference']:.0%}"]
+    finally:
+        plt.close(fig)

@@ -173,7 +173,7 @@ def test_colocated_beats_dedicated_when_the_server_nic_binds(kind):
 def test_event_simulator_agrees_with_the_fast_all_reduce_on_two_levels(scheme):
     """The discrete-event engine and the vectorized recurrence ask the same topology."""
     from sgdscale.fine.allreduce import simulate_allreduce
-    from sgdscale.fine.des import simulate_des
+    from des_oracle import simulate_des
 
     profile = toy(sizes_mb=(1, 3, 0.5, 6))
     strategy = Strategy(kind="allreduce", grouping="per-layer", allreduce=scheme)

@@ -37,11 +37,11 @@ from sgdscale import inputs
 from sgdscale.errors import UserError
 from sgdscale.predict import run_method
 from sgdscale.profile import Profile
-from sgdscale.strategy import MIB, Strategy
+from sgdscale.strategy import KINDS, MIB, Strategy
 from sgdscale.units import format_bandwidth, format_seconds
 
 ADVICE_SCHEMA = "sgdscale.advice/1"
-STRATEGY_KINDS = ("allreduce", "ps-sync", "ps-async")
+STRATEGY_KINDS = KINDS
 KIND_LABELS = {"allreduce": "sync all-reduce", "ps-sync": "sync PS", "ps-async": "async PS"}
 DEFAULT_BUCKETS_MIB = (25.0,)
 BUCKET_QUESTION_MIB = (0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0)
@@ -88,7 +88,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def candidates(profile: Profile, gpus_per_node: int, *, kinds: Sequence[str] = ("allreduce", "ps-sync", "ps-async"),
+def candidates(profile: Profile, gpus_per_node: int, *, kinds: Sequence[str] = KINDS,
                bucket_sizes_mib: Sequence[float] = DEFAULT_BUCKETS_MIB, ps_counts: Sequence[int] = DEFAULT_PS_COUNTS,
                groupings: Sequence[str] | None = None) -> list[Config]:
     """The search space: every combination that makes sense for this profile and node shape."""
@@ -202,7 +202,6 @@ class Advisor:
         cluster, comm = self._comm_at(bandwidth_bps)
         cluster = dataclasses.replace(cluster, workers=workers, ps_count=config.ps_count)
         outcome = self._run(method, cluster, config.strategy(self.comm.algorithm), comm, options)
-        from sgdscale.result import limiting_level
         import numpy as np
 
         step_s = float(np.mean(outcome.iteration_s))
@@ -211,7 +210,7 @@ class Advisor:
                       throughput=float(outcome.throughput),
                       efficiency=float(outcome.throughput / (workers * self.base_throughput(method))),
                       step_s=step_s, compute_s=b.compute_s, exposed_comm_s=b.exposed_comm_s, wait_s=b.wait_s,
-                      limited_by=limiting_level(outcome, step_s), bottleneck=outcome.bottleneck,
+                      limited_by=outcome.limited_by, bottleneck=outcome.bottleneck,
                       nodes=config.nodes(workers, self.gpus), levels={k: float(v) for k, v in outcome.levels.items()},
                       iterations=options["iterations"])
         self.cache[key] = found
@@ -451,7 +450,7 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
            method: str = "coarse", confirm: str | None = None, confirm_top: int = 3, top: int = 3,
            target_efficiency: float | None = None, target_throughput: float | None = None,
            price_per_node_hour: float | None = None, best_bucket: bool = False,
-           kinds: Sequence[str] = ("allreduce", "ps-sync", "ps-async"), ps_counts: Sequence[int] = DEFAULT_PS_COUNTS,
+           kinds: Sequence[str] = KINDS, ps_counts: Sequence[int] = DEFAULT_PS_COUNTS,
            bucket_sizes_mib: Sequence[float] | None = None, groupings: Sequence[str] | None = None,
            iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
            measured_network: bool = False) -> Advice:
@@ -632,8 +631,8 @@ def check(counts: Sequence[int], target_efficiency: float | None, target_through
     if target_throughput is not None and measured_network:
         raise UserError("--target-throughput searches a nominal NIC bandwidth, which a measured --network fixes; "
                         "drop --network and give --latency")
-    if cluster.compute_scale or cluster.slow_links:
-        raise UserError("advise searches worker counts, so per-worker --compute-scale/--slow-link do not apply; "
+    if cluster.per_worker:
+        raise UserError("advise searches worker counts, and per-worker --compute-scale/--slow-link fix one; "
                         "use `sgdscale predict` for one heterogeneous cluster")
 
 

@@ -113,9 +113,22 @@ class Cluster:
         """True when every worker is alike, so one worker's simulation stands for all."""
         return all(s == 1.0 for s in self.compute_scale) and not self.slow_links
 
+    @property
+    def per_worker(self) -> bool:
+        """True when options name individual workers (compute scales, slow links): they describe
+        this cluster size only (`one_cluster_size`)."""
+        return bool(self.compute_scale or self.slow_links)
+
     def with_workers(self, workers: int) -> Cluster:
         """The same cluster with another worker count (per-worker options must then be absent)."""
-        if self.compute_scale or self.slow_links:
-            if workers != self.workers:
-                raise UserError("per-worker compute scales or slow links fix the worker count; give one count")
+        if self.per_worker and workers != self.workers:
+            one_cluster_size([self.workers, workers], "per-worker --compute-scale or --slow-link")
         return dataclasses.replace(self, workers=workers)
+
+
+def one_cluster_size(counts: list[int], what: str) -> None:
+    """The rule for every command: options that name individual workers or nodes (`what`) describe
+    one cluster, so they fix the worker count; a range or list of counts is a user error."""
+    if len(set(counts)) != 1:
+        raise UserError(f"{what} describes one cluster, so it fixes the worker count; give a single count "
+                        "(--workers N or --nodes N), not a range or list")

@@ -24,7 +24,8 @@ Groupings (Strategy.grouping):
   collectives are issued in bucket order.
 - single: everything in one group after backward (no overlap; SyncEASGD in the MG-WFBP papers).
 - mg-wfbp: the MG-WFBP merge (sgdscale.wfbp.mgwfbp_merge) over the layers with parameters,
-  using the all-reduce cost line A + B*M of `comm` for `workers`; per-layer when workers == 1.
+  using the all-reduce cost line A + B*M of `comm` for `workers`; per-layer when workers == 1
+  and for a parameter server (the merge reasons about all-reduce costs).
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ def backward_window_starts(profile: Profile) -> np.ndarray:
     t_b = np.array([layer.backward_s for layer in profile.layers], dtype=float)
     after = np.concatenate([np.cumsum(t_b[::-1])[::-1][1:], [0.0]])  # sum of t_b[l+1:]
     return after
+
+
+def backward_done_s(backward_s: np.ndarray) -> np.ndarray:
+    """(rows, layers) sampled backward times -> time from backward start until layer l's backward
+    ends, sum(t_b[l:]) (backward runs the last layer first); column 0 is the whole backward."""
+    return np.cumsum(backward_s[:, ::-1], axis=1)[:, ::-1]
+
+
+def ready_offsets_s(backward_s: np.ndarray, ready_layer, ready_fraction) -> np.ndarray:
+    """(rows, groups): time from backward start until each group (given by its `ready_layer` and
+    `ready_fraction`, see `GradGroup`) is complete, for every row of sampled backward times.
+    The one place every predictor turns a group's ready point into seconds."""
+    if not len(ready_layer):
+        return np.zeros((backward_s.shape[0], 0))
+    layer = np.asarray(ready_layer, dtype=np.intp)
+    fraction = np.asarray(ready_fraction, dtype=float)
+    return backward_done_s(backward_s)[:, layer] - (1.0 - fraction) * backward_s[:, layer]
 
 
 def tensor_layers(profile: Profile) -> list[int]:
@@ -141,7 +159,7 @@ def group_gradients(profile: Profile, strategy: Strategy, comm: CommModel, worke
     points = _ready_points(profile)
     layer_of = tensor_layers(profile)
     grouping = strategy.grouping
-    if grouping == "mg-wfbp" and (workers <= 1 or comm.allreduce_linear(workers) is None):
+    if grouping == "mg-wfbp" and (strategy.uses_servers or workers <= 1 or comm.allreduce_linear(workers) is None):
         grouping = "per-layer"
 
     if grouping == "single":

@@ -185,6 +185,17 @@ def check_run_options(*, iterations: int, warmup: int, seed: int) -> None:
     check(seed, "--seed", SEED, "give a non-negative whole number, e.g. --seed 0")
 
 
+def check_predict_options(*, bucket_mb: float, ps_count: int, strategy: str, iterations: int, warmup: int,
+                          seed: int) -> None:
+    """`predict`'s own options (the CLI's and the Python API's), named as on the command line."""
+    check(bucket_mb, "--bucket-mb", BUCKET_MIB, "DDP's default is 25")
+    check(ps_count, "--ps", SERVERS, "e.g. --ps 2")
+    if ps_count != 1 and strategy == "allreduce":
+        raise UserError(f"--ps {ps_count} sets parameter-server shards, which all-reduce has none of; drop it, "
+                        "or choose --strategy ps-sync or ps-async")
+    check_run_options(iterations=iterations, warmup=warmup, seed=seed)
+
+
 def check_work(kind: str, methods: Sequence[str], worker_counts: Sequence[int], steps: int, tensors: int) -> None:
     """Refuse before any work a fine simulation this program cannot finish in minutes (the bounds
     above say why); the coarse method's cost does not grow with the steps, workers or tensors."""

@@ -8,6 +8,7 @@ its slow parts cost. Each result records how long its predictor ran.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -106,6 +107,7 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "gradient_bytes": profile.gradient_bytes,
             "step_s": profile.compute_s,
             "calibration": list(profile.provenance.get("calibration", [])),
+            "input": dict(profile.input),
         },
         "cluster": {
             "bandwidth_bps": cluster.bandwidth_bps,
@@ -198,3 +200,16 @@ def predict(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     inputs = describe_inputs(profile, cluster, strategy, comm, worker_counts, methods, profile_source=profile_source,
                              **options)
     return Prediction(inputs=inputs, results=results)
+
+
+class _CallableModule(type(dataclasses)):
+    """Python binds the package attribute `sgdscale.predict` to this module once it is loaded, so
+    the module itself answers `sgdscale.predict("resnet50", workers=[1, 8])`: the one-call API."""
+
+    def __call__(self, profile: str, **options: Any) -> dict[str, Any]:
+        from sgdscale.api import predict as one_call
+
+        return one_call(profile, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -51,21 +51,7 @@ class Outcome:
     utilization: dict[str, float] = field(default_factory=dict)  # resource -> busy fraction
     timeline: list[TraceEvent] | None = None
     levels: dict[str, float] = field(default_factory=dict)  # network level -> busy seconds per step
-    limited_by: str = ""  # "compute", "stragglers" or a level of `levels`; derived when empty
-
-
-def limiting_level(outcome: Outcome, step_s: float) -> str:
-    """The one thing that limits a step, by level: compute when communication and waiting add
-    under 5% of the step, stragglers when the predictor said so, else the busiest network level."""
-    if outcome.limited_by:
-        return outcome.limited_by
-    b = outcome.breakdown
-    if step_s <= 0 or b.exposed_comm_s + b.wait_s < 0.05 * step_s:
-        return "compute"
-    busy = {k: v for k, v in outcome.levels.items() if v > 0}
-    if busy:
-        return max(busy, key=busy.get)
-    return "communication"
+    limited_by: str = ""  # "compute", "stragglers" or a level of `levels` (sgdscale.bottleneck.describe)
 
 
 @dataclass
@@ -104,7 +90,7 @@ class Result:
             bottleneck=outcome.bottleneck,
             utilization=dict(outcome.utilization),
             levels={"compute": float(outcome.breakdown.compute_s), **outcome.levels},
-            limited_by=limiting_level(outcome, float(steps.mean())),
+            limited_by=outcome.limited_by,
             predict_time_s=predict_time_s,
             timeline=outcome.timeline,
         )
@@ -115,10 +101,46 @@ class Result:
         return data
 
 
+DISAGREEMENT = 0.10  # fine and coarse further apart than this get a remark
+
+
+def disagreements(results: list[Result], threshold: float = DISAGREEMENT) -> list[dict[str, Any]]:
+    """Worker counts where fine and coarse throughputs differ by more than `threshold` (the larger
+    over the smaller, minus 1), each with a remark saying what that means."""
+    out = []
+    by_count: dict[int, dict[str, Result]] = {}
+    for r in results:
+        by_count.setdefault(r.workers, {})[r.method] = r
+    for workers, pair in sorted(by_count.items()):
+        if "fine" not in pair or "coarse" not in pair:
+            continue
+        fine, coarse = pair["fine"].throughput, pair["coarse"].throughput
+        low, high = min(fine, coarse), max(fine, coarse)
+        if not low > 0 or not np.isfinite(high):
+            continue
+        gap = high / low - 1.0
+        if gap <= threshold:
+            continue
+        out.append({
+            "workers": workers, "fine": fine, "coarse": coarse, "difference": gap,
+            "remark": (f"at {workers} workers fine and coarse differ by {gap:.0%} ({fine:,.1f} vs {coarse:,.1f} "
+                       "samples/s): the methods simplify different things (fine simulates every message with "
+                       "per-iteration variability and shared links; coarse adds phases with overlap heuristics "
+                       "and queueing formulas), so here the answer depends on those simplifications; read the "
+                       "two as a range and check with a measured network (--network) or real runs "
+                       "(sgdscale validate)"),
+        })
+    return out
+
+
 @dataclass
 class Prediction:
     inputs: dict[str, Any]
     results: list[Result]
 
+    def disagreements(self) -> list[dict[str, Any]]:
+        return disagreements(self.results)
+
     def to_json(self) -> dict[str, Any]:
-        return {"schema": PREDICTION_SCHEMA, "inputs": self.inputs, "results": [r.to_json() for r in self.results]}
+        return {"schema": PREDICTION_SCHEMA, "inputs": self.inputs, "results": [r.to_json() for r in self.results],
+                "disagreements": self.disagreements()}

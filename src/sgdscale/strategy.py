@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from sgdscale.comm.cost import ALGORITHMS
 from sgdscale.errors import UserError
+from sgdscale.placement import PLACEMENTS
 
 KINDS = ("allreduce", "ps-sync", "ps-async")
 GROUPINGS = ("per-tensor", "per-layer", "buckets", "single", "mg-wfbp")
-PLACEMENTS = ("round-robin", "size")
 ALLREDUCE_SCHEMES = ("flat", "hierarchical", "tree", "auto")  # see sgdscale.comm.topology
 PS_PLACEMENTS = ("dedicated", "colocated")
 MIB = 1024 * 1024

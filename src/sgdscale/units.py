@@ -129,6 +129,27 @@ def parse_workers(text: str) -> list[int]:
     return sorted(counts)
 
 
+def parse_key_values(pairs: tuple[str, ...] | list[str], option: str = "--option") -> dict[str, int | float | str]:
+    """Repeated KEY=VALUE options (model options of `profile`, `train`, `import`) -> a dict: keys
+    with '-' become '_' (hidden-size = hidden_size), values are int, else float, else text."""
+    options: dict[str, int | float | str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"bad {option} '{pair}': write KEY=VALUE, e.g. {option} layers=6")
+        options[key.strip().replace("-", "_")] = _number_or_text(value.strip())
+    return options
+
+
+def _number_or_text(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
 def format_seconds(seconds: float) -> str:
     """Seconds in the most readable unit: '1.25 s', '12.3 ms', '45.0 us'."""
     seconds = float(f"{seconds:.3g}")  # round first, so 0.9996 s prints as '1 s', not '1e+03 ms'

@@ -59,11 +59,6 @@ def wfbp_iteration_s(t_f: float, t_b: Sequence[float], t_c: Sequence[float], *, 
     return data_s + h2d_s + t_f + wfbp_backward_comm_s(t_b, t_c) + optimizer_s
 
 
-def nonoverlapped_comm_s(t_b: Sequence[float], t_c: Sequence[float]) -> float:
-    """t_c^no = tau_c[0] + t_c[0] - (tau_b[0] + t_b[0]): communication not hidden by backward."""
-    return wfbp_backward_comm_s(t_b, t_c) - float(np.sum(np.asarray(t_b, dtype=float)))
-
-
 def mgwfbp_merge(t_b: Sequence[float], nbytes: Sequence[float], alpha_s: float, beta_s_per_byte: float) -> list[list[int]]:
     """MG-WFBP's merge decision exactly as HKBU-HPML/MG-WFBP codes it; returns groups of unit
     indices in launch order (each group listed from its first-ready unit to its last).

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgdscale import bottleneck as words
 from sgdscale.cluster import Cluster
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
 from sgdscale.coarse.phases import (
-    gradient_groups,
     head_max,
     optimizer_mean_s,
     pre_barrier_max,
@@ -24,14 +24,16 @@ from sgdscale.coarse.phases import (
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, overlap_end_s
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
+from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
-from sgdscale.units import format_bytes, format_seconds
 
 
-def _pct(part: float, whole: float) -> str:
-    return f"{100.0 * part / whole:.0f}%" if whole > 0 else "0%"
+
+def _variable(profile: Profile, variability: bool) -> bool:
+    """Whether per-iteration compute times vary (a cause of stragglers), as the fine method decides."""
+    return variability and pre_barrier_samples(profile) is not None
 
 
 def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
@@ -73,8 +75,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
 
     # The topology costs every collective (per level, slowest NIC pacing), as for the fine predictor.
     topology = Topology.of(cluster, comm, strategy)
-    groups = gradient_groups(profile, strategy, topology, n)
-    sizes = [g.nbytes for g in groups]
+    groups = group_gradients(profile, strategy, topology, n)
+    sizes = [float(g.bytes) for g in groups]
     comm_s = [float(t) for t in topology.allreduce_times_s(sizes)]
     per_level = topology.allreduce_cost(sizes)
     levels = {LEVEL_INTRA: float(per_level.intra_s.sum()), LEVEL_NIC: float(per_level.nic_s.sum())}
@@ -96,30 +98,10 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     compute = float(scales.mean()) * one + optimizer * float(scales.mean()) / slow
     wait = max(0.0, step_mean - compute - exposed)
     breakdown = Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait)
-    utilization = {"worker compute": compute / step_mean, "network (all-reduce)": total_comm / step_mean}
-    nbytes = sum(g.nbytes for g in groups)
-    limited_by = ""
-    if exposed >= wait and exposed > 0.05 * step_mean:
-        where = ""
-        if topology.gpus > 1:
-            where = (f" (NIC {format_seconds(levels[LEVEL_NIC])}, intra-node link "
-                     f"{format_seconds(levels[LEVEL_INTRA])}; {strategy.allreduce})")
-        bottleneck = (
-            f"communication: all-reduce of {format_bytes(nbytes)} per step takes {format_seconds(total_comm)}{where}, "
-            f"{format_seconds(exposed)} of it not hidden behind backward ({_pct(exposed, step_mean)} of the step): "
-            "add bandwidth, use larger buckets or compress gradients"
-        )
-    elif wait > 0.05 * step_mean:
-        limited_by = "stragglers"
-        bottleneck = (
-            f"stragglers: workers wait {format_seconds(wait)} per step for the slowest one "
-            f"({_pct(wait, step_mean)} of the step): balance worker speeds or reduce compute variability"
-        )
-    else:
-        bottleneck = (
-            f"compute: {_pct(compute, step_mean)} of each step is compute, communication adds "
-            f"{format_seconds(exposed)}: scaling is near linear"
-        )
+    limited_by, bottleneck, utilization = words.describe_allreduce(
+        workers=n, step_s=step_mean, breakdown=breakdown, levels=levels, topology=topology,
+        grouping=strategy.grouping, sizes_bytes=sizes, comm_s=total_comm, compute_scale=cluster.compute_scale,
+        variable=_variable(profile, variability))
     return Outcome(
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean,
@@ -195,8 +177,8 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         # starts during backward (heuristics.pipeline_end_s).
         # Pushes and updates flow as a pipeline that starts during backward; the pull follows the
         # last push (gloo sends only into a posted receive, whose notice queues behind the pushes).
-        groups = gradient_groups(profile, strategy, costs.topology, n)
-        sizes = [g.nbytes for g in groups]
+        groups = group_gradients(profile, strategy, costs.topology, n)
+        sizes = [float(g.bytes) for g in groups]
         stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
         offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
         end = hz.pipeline_end_s(head_max(profile, cluster, variability, groups[0]).mean,
@@ -217,42 +199,31 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
 
     compute = float(scales.mean()) * pre_barrier_one(profile, variability).mean
     wait = max(0.0, step_mean - compute - exposed)
-    utilization = {"worker compute": compute / step_mean, "worker NIC out": worker_nic_s / step_mean}
+    utilization = {words.COMPUTE: compute / step_mean, words.WORKER_NIC_OUT: worker_nic_s / step_mean,
+                   words.WORKER_NIC_IN: worker_nic_s / step_mean}
     for s in range(costs.shards):
-        utilization[f"server {s} NIC in"] = shard_nic_s[s] / step_mean
-        utilization[f"server {s} CPU"] = update_per_shard[s] / step_mean
-        utilization[f"server {s} NIC out"] = shard_nic_s[s] / step_mean
-
-    busiest = int(np.argmax(shard_nic_s)) if costs.shards else 0
-    if exposed >= max(update_part, wait) and exposed > 0.05 * step_mean:
-        if shard_nic_s.size and shard_nic_s[busiest] >= worker_nic_s:
-            where = (f"server {busiest} NIC: it receives and sends {format_bytes(n * costs.bytes[busiest])} per step "
-                     f"({format_seconds(shard_nic_s[busiest])} each way)")
-            advice = "add parameter servers or server bandwidth"
-        else:
-            where = f"worker NICs: each sends and receives {format_bytes(costs.total_bytes)} per step"
-            advice = "add worker bandwidth"
-        bottleneck = f"communication: {where}, {_pct(exposed, step_mean)} of the step exposed: {advice}"
-    elif update_part >= wait and update_part > 0.05 * step_mean:
-        bottleneck = (f"server update: shards spend {format_seconds(update)} per step aggregating and updating "
-                      f"({_pct(update, step_mean)} of the step): add parameter servers")
-    elif wait > 0.05 * step_mean:
-        bottleneck = (f"stragglers: workers wait {format_seconds(wait)} per step for the slowest one "
-                      f"({_pct(wait, step_mean)} of the step)")
-    else:
-        bottleneck = f"compute: {_pct(compute, step_mean)} of each step is compute: scaling is near linear"
+        utilization[words.server_nic_in(s)] = shard_nic_s[s] / step_mean
+        utilization[words.server_update(s)] = update_per_shard[s] / step_mean
+        utilization[words.server_nic_out(s)] = shard_nic_s[s] / step_mean
     # busy seconds per step of each level's busiest link, one direction (push and pull mirror)
-    levels = {LEVEL_NIC: worker_nic_s, "server NIC": float(shard_nic_s.max(initial=0.0)), "server update": update}
+    levels = {LEVEL_NIC: worker_nic_s, words.LEVEL_SERVER_NIC: float(shard_nic_s.max(initial=0.0)),
+              words.LEVEL_SERVER_UPDATE: update}
     if intra_s > 0:
         levels[LEVEL_INTRA] = intra_s
+    breakdown = Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait)
+    limited_by, bottleneck = words.describe(words.Evidence(
+        workers=n, sync=True, step_s=step_mean, breakdown=breakdown,
+        utilization={k: min(float(v), 1.0) for k, v in utilization.items()}, levels=levels,
+        communication=words.ps_words(costs.total_bytes), compute_scale=cluster.compute_scale,
+        variable=_variable(profile, variability)))
     return Outcome(
         iteration_s=steps,
         throughput=n * profile.batch_size / step_mean,
-        breakdown=Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait),
+        breakdown=breakdown,
         bottleneck=bottleneck,
         utilization=utilization,
         levels=levels,
-        limited_by="stragglers" if bottleneck.startswith("stragglers") else "",
+        limited_by=limited_by,
     )
 
 
@@ -260,8 +231,9 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
                    iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """Closed queueing network solved by MVA: workers are customers, server resources are queues.
 
-    Stations per shard s (demand per worker cycle): NIC in (push) b_s * beta_server; CPU (update)
-    optimizer_s * b_s / B; NIC out (pull) b_s * beta_server. The delay station (never shared) holds
+    Stations per shard s (demand per worker cycle), named in the shared vocabulary
+    (sgdscale.bottleneck): `server s NIC in` (push) b_s * beta_server; `server s update`
+    optimizer_s * b_s / B; `server s NIC out` (pull) b_s * beta_server. The delay station (never shared) holds
     the worker's compute (data + copy + forward + backward, mean over workers' speed factors), two
     message latencies, and the part of its own NIC transfer that the server stations do not already
     account for: max(0, B * beta_worker - sum_s b_s * beta_server) per direction. (A push streams
@@ -278,9 +250,9 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     nic, worker_nic = costs.async_nic_demands()
     names, demands, kinds = [], [], []
     for s in range(costs.shards):
-        for name, demand, kind in ((f"server {s} NIC in (push)", nic[s], "push"),
-                                   (f"server {s} CPU (update)", costs.update_s[s], "update"),
-                                   (f"server {s} NIC out (pull)", nic[s], "pull")):
+        for name, demand, kind in ((words.server_nic_in(s), nic[s], "push"),
+                                   (words.server_update(s), costs.update_s[s], "update"),
+                                   (words.server_nic_out(s), nic[s], "pull")):
             names.append(name)
             demands.append(float(demand))
             kinds.append(kind)
@@ -294,8 +266,8 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
 
     hidden = 0.0
     if heuristics and costs.total_bytes > 0:
-        groups = gradient_groups(profile, strategy, costs.topology, n)
-        sizes = [g.nbytes for g in groups]
+        groups = group_gradients(profile, strategy, costs.topology, n)
+        sizes = [float(g.bytes) for g in groups]
         scale = float(scales.mean())
         head = scale * (profile.step.data_s + profile.step.h2d_s + profile.forward_s)
         head_first, head_last = head + scale * groups[0].ready_s, head + scale * groups[-1].ready_s
@@ -345,31 +317,24 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     extra = max(0.0, cycle - compute)
     exposed = extra * transfer0 / (transfer0 + wait0) if transfer0 + wait0 > 0 else 0.0
     wait = extra - exposed
-    utilization = {"worker compute": compute / cycle, "worker NIC out": worker_nic / cycle, **util}
-
-    if names:
-        k = int(np.argmax(result.utilizations))
-        top, top_u = names[k], float(result.utilizations[k])
-    else:
-        top, top_u = "", 0.0
-    if top_u >= 0.8:
-        advice = "add parameter servers (shards)" if "CPU" in top else "add parameter servers or server bandwidth"
-        bottleneck = f"{top} {top_u:.0%} busy: {advice}"
-    elif compute / cycle >= 0.8:
-        bottleneck = (f"compute: workers compute {_pct(compute, cycle)} of each step; busiest server resource "
-                      f"({top or 'none'}) {top_u:.0%} busy: scaling is near linear")
-    else:
-        bottleneck = (f"communication: each worker step spends {format_seconds(cycle - compute)} "
-                      f"moving {format_bytes(costs.total_bytes)} each way; busiest server resource ({top}) "
-                      f"{top_u:.0%} busy: add worker bandwidth")
+    utilization = {words.COMPUTE: compute / cycle, words.WORKER_NIC_OUT: worker_nic / cycle,
+                   words.WORKER_NIC_IN: worker_nic / cycle, **util}
     busy = {kind: max((u * cycle for name, u in util.items() if kinds[names.index(name)] == kind), default=0.0)
             for kind in ("push", "update", "pull")}
-    levels = {LEVEL_NIC: worker_nic, "server NIC": max(busy["push"], busy["pull"]), "server update": busy["update"]}
+    levels = {LEVEL_NIC: worker_nic, words.LEVEL_SERVER_NIC: max(busy["push"], busy["pull"]),
+              words.LEVEL_SERVER_UPDATE: busy["update"]}
+    breakdown = Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait)
+    limited_by, bottleneck = words.describe(words.Evidence(
+        workers=n, sync=False, step_s=cycle, breakdown=breakdown,
+        utilization={k: min(float(v), 1.0) for k, v in utilization.items()}, levels=levels,
+        communication=words.ps_words(costs.total_bytes), compute_scale=cluster.compute_scale,
+        variable=_variable(profile, variability), note="" if method == "exact" else "(approximate MVA)"))
     return Outcome(
         iteration_s=steps,
         throughput=x * profile.batch_size,
-        breakdown=Breakdown(compute_s=compute, exposed_comm_s=exposed, wait_s=wait),
-        bottleneck=bottleneck + ("" if method == "exact" else " (approximate MVA)"),
+        breakdown=breakdown,
+        bottleneck=bottleneck,
         utilization=utilization,
         levels=levels,
+        limited_by=limited_by,
     )

@@ -1,24 +1,26 @@
-"""Inputs of the coarse model, read from the profile: compute distributions, E[max], groups, shards.
+"""Inputs of the coarse model, read from the profile: compute distributions, E[max], shard loads.
 
 Compute before the barrier ("pre" = data + host-to-device + forward + backward) is the random part
-of a step. Its per-iteration samples are the rows of the fine predictor's `ComputeSampler`
-(per-layer samples summed per iteration; else the mean profile scaled by the whole-step samples'
-shape; else deterministic), so both methods read the measurements alike. Each worker i runs
-`cluster.worker_scale(i)` times slower; workers are independent.
+of a step. Its per-iteration samples are the rows of `sgdscale.variability.ComputeSampler`, which
+the fine method draws from too (per-layer samples summed per iteration; else the mean profile
+scaled by the whole-step samples' shape; else deterministic), so both methods read the
+measurements alike. Each worker i runs `cluster.worker_scale(i)` times slower; workers are
+independent. Gradient groups and tensor placement are the shared rules of `sgdscale.grouping` and
+`sgdscale.placement`; this package imports nothing of the fine method.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from sgdscale import placement
 from sgdscale.cluster import Cluster
-from sgdscale.comm.cost import CommModel
-from sgdscale.fine.variability import ComputeSampler
-from sgdscale.grouping import group_gradients
+from sgdscale.grouping import GradGroup
 from sgdscale.profile import Profile
 from sgdscale.strategy import Strategy
+from sgdscale.variability import ComputeSampler
 
 
 def pre_barrier_mean_s(profile: Profile) -> float:
@@ -29,7 +31,7 @@ def pre_barrier_mean_s(profile: Profile) -> float:
 def pre_barrier_samples(profile: Profile) -> np.ndarray | None:
     """Per-iteration samples of data + copy + forward + backward, or None when none were measured.
 
-    The rows are those of `sgdscale.fine.variability.ComputeSampler`, so coarse and fine read the
+    The rows are those of `sgdscale.variability.ComputeSampler`, so coarse and fine read the
     same measured iterations the same way.
     """
     sampler = ComputeSampler(profile, Cluster(1), variability=True)
@@ -88,7 +90,7 @@ def worker_scales(cluster: Cluster) -> np.ndarray:
     return np.array([cluster.worker_scale(i) for i in range(cluster.workers)], dtype=float)
 
 
-def head_max(profile: Profile, cluster: Cluster, variability: bool, group: Group) -> Discrete:
+def head_max(profile: Profile, cluster: Cluster, variability: bool, group: GradGroup) -> Discrete:
     """Distribution over the slowest worker of the time from step start until `group` is ready
     (data + copy + forward + backward down to the group's ready point), row by row like the
     fine predictor, so a straggler's delay is counted once whether it hits forward or backward."""
@@ -101,7 +103,7 @@ def head_max(profile: Profile, cluster: Cluster, variability: bool, group: Group
 
 def pre_barrier_max(profile: Profile, cluster: Cluster, variability: bool) -> Discrete:
     """Distribution of the slowest worker's pre-barrier compute (a point mass without variability)."""
-    return head_max(profile, cluster, variability, Group(0.0, profile.backward_s, 0, 1.0))
+    return head_max(profile, cluster, variability, GradGroup((), 0, 0, 1.0, profile.backward_s))
 
 
 def pre_barrier_one(profile: Profile, variability: bool) -> Discrete:
@@ -113,37 +115,6 @@ def pre_barrier_one(profile: Profile, variability: bool) -> Discrete:
     return Discrete(values, counts / counts.sum())
 
 
-@dataclass(frozen=True)
-class Group:
-    """One gradient message in launch order: its bytes and when it is ready: `ready_s` after backward
-    starts on the mean timeline, i.e. `ready_fraction` into the backward of layer `ready_layer`."""
-
-    nbytes: float
-    ready_s: float
-    ready_layer: int = 0
-    ready_fraction: float = 1.0
-
-
-def gradient_groups(profile: Profile, strategy: Strategy, comm: CommModel, workers: int) -> list[Group]:
-    """Messages in launch order from `sgdscale.grouping.group_gradients` (the fine model's groups).
-
-    Parameter servers push what the strategy groups; MG-WFBP merges for all-reduce costs, so a PS
-    strategy asking for it pushes per layer.
-    """
-    if strategy.uses_servers and strategy.grouping == "mg-wfbp":
-        strategy = replace(strategy, grouping="per-layer")
-    return [Group(float(g.bytes), float(g.ready_s), g.ready_layer, g.ready_fraction)
-            for g in group_gradients(profile, strategy, comm, workers)]
-
-
 def shard_bytes(profile: Profile, strategy: Strategy, shards: int) -> np.ndarray:
-    """Bytes of parameters on each server shard (round-robin in forward order, or greedy by size)."""
-    load = np.zeros(shards)
-    tensors = profile.tensors
-    if strategy.placement == "size":
-        for tensor in sorted(tensors, key=lambda t: -t.bytes):
-            load[int(np.argmin(load))] += tensor.bytes
-    else:
-        for index, tensor in enumerate(tensors):
-            load[index % shards] += tensor.bytes
-    return load
+    """Bytes of parameters on each server shard (`sgdscale.placement`)."""
+    return np.array(placement.shard_bytes([t.bytes for t in profile.tensors], shards, strategy.placement), dtype=float)

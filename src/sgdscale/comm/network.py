@@ -83,7 +83,9 @@ class Network(BaseModel):
     style) to the fitted whole-collective time alpha + beta*M of the implementation measured
     (e.g. gloo), which the predictor uses as is for that worker count. `incast` maps a number of
     concurrent senders to the fit of the time for one node to receive M bytes in total from them:
-    the ingress a parameter server really gets when N workers push at once. `interference` and
+    the ingress a parameter server really gets when N workers push at once; it is measured and
+    reported (`sgdscale netbench`) but no predictor reads it (both model a server NIC as shared
+    max-min fairly at the p2p rate). `interference` and
     `cpu` (optional; files without them load as before) hold the compute/communication
     interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md).
     """
@@ -122,9 +124,6 @@ class Network(BaseModel):
                 raise ValueError(f"bandwidth_bps = {environment['bandwidth_bps']!r}: {problem} "
                                  f"(allowed: {BANDWIDTH_BPS.text()})")
         return environment
-
-    def allreduce_fit(self, workers: int) -> AlphaBeta | None:
-        return self.allreduce.get(str(workers))
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)

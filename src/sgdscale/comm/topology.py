@@ -49,14 +49,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sgdscale.bottleneck import LEVEL_INTRA, LEVEL_NIC  # noqa: F401  (the level names; re-exported)
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.network import AlphaBeta
 
-from sgdscale.strategy import ALLREDUCE_SCHEMES as SCHEMES
-from sgdscale.strategy import PS_PLACEMENTS
-LEVEL_INTRA = "intra-node link"
-LEVEL_NIC = "NIC"
 AUTO_LINE_BYTES = 25 * 1024 * 1024  # DDP's bucket cap: the size MG-WFBP merges towards
 
 

@@ -79,11 +79,11 @@ def model_info_command(model: str, output: Path, image_size: int | None, seq_len
                        input_shape: str | None, extra: tuple[str, ...]) -> None:
     """Write the parameter tensors of MODEL (built-in name or package.module:factory), in forward
     call order (one forward pass of a 2-sample batch), for `sgdscale import kineto`."""
-    from sgdscale.commands.profile import _parse_options
+    from sgdscale.units import parse_key_values
     from sgdscale.importing.modelinfo import model_info_from_module
     from sgdscale.profiling.zoo import build_workload
 
-    options = _parse_options(extra)
+    options = parse_key_values(extra)
     if input_shape is not None:
         options["input_shape"] = input_shape
     workload = build_workload(model, image_size=image_size, seq_len=seq_len, **options)

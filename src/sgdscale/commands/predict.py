@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
-from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
+from sgdscale.cluster import one_cluster_size
 from sgdscale import inputs
+from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 from sgdscale.jsonio import all_or_nothing
+from sgdscale.report.progress import DelayedProgress
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64"
 
@@ -43,9 +47,7 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
             raise UserError("--slow-link describes one cluster; give its size with --workers N")
         return [len(scales)]
     counts = parse_workers(workers)
-    if len(counts) != 1:
-        raise UserError(f"{what} describes one cluster; give a single worker count with --workers N, "
-                        f"not a range ('{workers}')")
+    one_cluster_size(counts, what)
     if scales and counts[0] != len(scales):
         raise UserError(f"--compute-scale gives {len(scales)} factors but --workers says {counts[0]}; "
                         "give one factor per worker")
@@ -57,9 +59,10 @@ def _spec_overrides(spec, workers: str | None, gpus: int, scales: tuple[float, .
     """A cluster file's slow nodes and NICs as per-worker scales and links (one cluster size)."""
     from sgdscale.units import parse_workers
 
-    if workers is None or len(parse_workers(workers)) != 1:
+    if workers is None:
         raise UserError("the cluster file names slow nodes or NICs, so it describes one cluster size; "
                         "give one --nodes (or --workers) count")
+    one_cluster_size(parse_workers(workers), "the cluster file's slow nodes or NICs")
     total = parse_workers(workers)[0]
     nodes = -(-total // gpus)
     spec.check_nodes(nodes)
@@ -189,7 +192,10 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
               help="A worker with a slower NIC, e.g. 3:1Gbit (repeatable); on multi-device nodes its node's NIC.")
 @calibration_options
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the prediction (sgdscale.prediction/1).")
-@click.option("--plot", "plot_path", default=None, metavar="FILE.png", help="Plot throughput and speedup vs workers.")
+@click.option("--plot", "plot_path", default=None, metavar="FILE.png",
+              help="Plot two panels: throughput vs workers (each method, with ideal linear scaling) and the "
+                   "per-step breakdown (compute, exposed communication, wait) of the fine method, each bar "
+                   "labelled with what limits it.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
               help="Predicted timeline (Chrome trace; open in ui.perfetto.dev) for the largest worker count.")
 @all_or_nothing()  # --json, --plot and --trace all appear, or none does
@@ -225,18 +231,14 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     from sgdscale.strategy import MIB, Strategy
 
     console = Console()
-    if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # a file or pipe: room for the full table
         console = Console(width=120)
     err = Console(stderr=True)
     methods = {"fine": ["fine"], "coarse": ["coarse"], "both": ["fine", "coarse"]}.get(method)
     if methods is None:
         raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
-    inputs.check(bucket_mb, "--bucket-mb", inputs.BUCKET_MIB, "DDP's default is 25")
-    inputs.check(ps_count, "--ps", inputs.SERVERS, "e.g. --ps 2")
-    if ps_count != 1 and strategy == "allreduce":
-        raise UserError(f"--ps {ps_count} sets parameter-server shards, which all-reduce has none of; drop it, "
-                        "or choose --strategy ps-sync or ps-async")
-    inputs.check_run_options(iterations=iterations, warmup=warmup, seed=seed)
+    inputs.check_predict_options(bucket_mb=bucket_mb, ps_count=ps_count, strategy=strategy, iterations=iterations,
+                                 warmup=warmup, seed=seed)
     inputs.check_outputs({"--json": json_path, "--plot": plot_path, "--trace": trace_path})
     if trace_path and "fine" not in methods:
         raise UserError("--trace draws the fine method's simulated timeline; add --method fine (or both)")
@@ -252,20 +254,22 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
 
-    with _progress(err, len(counts) * len(methods)) as report:
+    with DelayedProgress(err) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
                              seed=seed, variability=not no_variability, timeline=bool(trace_path),
                              profile_source=profile, progress=report)
 
-    from sgdscale.report.table import bottleneck_lines, header_line, prediction_table
+    from sgdscale.report.table import bottleneck_lines, header_line, prediction_table, remark_lines
 
     note = calibration_line(measured, loaded)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
-    console.print(header_line(prediction), highlight=False)
-    console.print(prediction_table(prediction))
+    console.print(header_line(prediction), highlight=False, soft_wrap=True)
+    console.print(prediction_table(prediction, console.width))
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
     for line in bottleneck_lines(prediction):
+        console.print(line, highlight=False, soft_wrap=True)
+    for line in remark_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)
     for note in notes:
         console.print(f"note: {note}", highlight=False, soft_wrap=True)
@@ -275,56 +279,33 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         write_json_atomic(json_path, prediction.to_json())
         console.print(f"prediction written to {json_path}")
     if plot_path:
-        try:
-            from sgdscale.report.plot import plot_prediction
-        except ImportError:
-            raise UserError("plotting is not part of this build; drop --plot") from None
+        from sgdscale.report.plot import plot_prediction
+
         plot_prediction(prediction, plot_path)
         console.print(f"plot written to {plot_path}")
     if trace_path:
-        try:
-            from sgdscale.report.trace import write_chrome_trace
-        except ImportError:
-            raise UserError("timeline export is not part of this build; drop --trace") from None
+        from sgdscale.report.trace import write_chrome_trace
+
         traced = [r for r in prediction.results if r.timeline]
         if not traced:
             raise UserError("no method produced a timeline for this strategy; try --method fine")
         chosen = max(traced, key=lambda r: (r.workers, r.method == "fine"))
+        from sgdscale.report.trace import drawn_workers
+
+        drawn = drawn_workers(chosen.timeline)
         write_chrome_trace(chosen.timeline, trace_path,
-                           {"model": loaded.model, "workers": chosen.workers, "method": chosen.method,
-                            "strategy": plan.kind, "grouping": plan.grouping})
-        console.print(f"timeline of {chosen.workers} workers ({chosen.method}) written to {trace_path}"
-                      " (open it in ui.perfetto.dev)")
+                           {"model": loaded.model, "workers": chosen.workers, "workers_drawn": drawn,
+                            "method": chosen.method, "strategy": plan.kind, "grouping": plan.grouping})
+        console.print(f"timeline written to {trace_path} (open it in ui.perfetto.dev): {chosen.method} prediction "
+                      f"for {chosen.workers} workers; {drawn_line(drawn, chosen.workers)}",
+                      highlight=False, soft_wrap=True)
 
 
-class _progress:
-    """A transient progress bar on stderr when there is enough work to watch; otherwise nothing."""
-
-    def __init__(self, console, jobs: int) -> None:
-        self.console = console
-        self.enabled = jobs >= 6 and console.is_terminal
-        self.bar = None
-        self.task = None
-
-    def __enter__(self):
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=self.console, transient=True)
-            self.bar.__enter__()
-        return self.report
-
-    def report(self, done: int, total: int, label: str) -> None:
-        if self.bar is None:
-            return
-        if self.task is None:
-            self.task = self.bar.add_task(label, total=total)
-        self.bar.update(self.task, completed=done, description=f"predicting: {label}")
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+def drawn_line(drawn: list[str], workers: int) -> str:
+    """Which workers the timeline holds, said plainly (it draws a few, not all)."""
+    if len(drawn) == 1 and "alike" in drawn[0]:
+        return f"it draws {drawn[0]}"
+    return f"it draws {len(drawn)} of the {workers} workers ({', '.join(drawn)})"
 
 
 def register(app: click.Group) -> None:

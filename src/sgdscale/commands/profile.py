@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.console import Console
@@ -14,7 +13,7 @@ from rich.table import Table
 from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile, builtin_profile_names, load_profile, save_profile
-from sgdscale.units import format_bytes, format_seconds
+from sgdscale.units import format_bytes, format_seconds, parse_key_values
 
 
 def profile_table(profile: Profile) -> Table:
@@ -24,7 +23,8 @@ def profile_table(profile: Profile) -> Table:
         show_footer=True,
     )
     table.add_column("#", justify="right")
-    table.add_column("layer", footer="total")
+    # fold, never cut: two layers cut to the same "layer1.0.co…" could not be told apart
+    table.add_column("layer", footer="total", overflow="fold")
     table.add_column("forward", justify="right", footer=format_seconds(profile.forward_s))
     table.add_column("backward", justify="right", footer=format_seconds(profile.backward_s))
     table.add_column("params", justify="right", footer=f"{profile.param_count:,}")
@@ -48,9 +48,17 @@ def profile_table(profile: Profile) -> Table:
     return table
 
 
+def model_line(profile: Profile) -> str:
+    """Which model exactly, with its options and batch, and whether it is the built-in one."""
+    from sgdscale.models import describe_model
+
+    return describe_model(profile.model, profile.input, profile.batch_size)
+
+
 def profile_summary_lines(profile: Profile) -> list[str]:
     step = profile.step
     lines = [
+        f"model: {model_line(profile)}",
         f"step outside forward/backward: data {format_seconds(step.data_s)}, "
         f"host-to-device {format_seconds(step.h2d_s)}, optimizer {format_seconds(step.optimizer_s)}",
         f"sum of parts: {format_seconds(profile.compute_s)} per step "
@@ -82,7 +90,7 @@ def show(profile: str | None, list_builtin: bool, output: Path | None, **calibra
     time, parameters, gradient bytes, counted flops, and totals. With calibration options, show
     (and with -o save) the profile moved to another device."""
     console = Console()
-    if not console.is_terminal:  # a file or pipe: do not squeeze the table into 80 columns
+    if not console.is_terminal and "COLUMNS" not in os.environ:  # a file or pipe: room for the table
         console = Console(width=120)
     if list_builtin or profile is None:
         for name in builtin_profile_names():
@@ -102,25 +110,6 @@ def show(profile: str | None, list_builtin: bool, output: Path | None, **calibra
         console.print(f"wrote {output}")
 
 
-def _option_value(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"bad --option '{pair}': write KEY=VALUE, e.g. --option layers=6")
-        options[key.strip().replace("-", "_")] = _option_value(value.strip())
-    return options
-
-
 def _check_output(path: Path) -> None:
     """Fail before minutes of profiling, not after, when the output cannot be written."""
     from sgdscale.inputs import check_output_path
@@ -132,7 +121,9 @@ def _check_output(path: Path) -> None:
 @click.argument("model")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the profile JSON here (atomically).")
 @click.option("--json", "as_json", is_flag=True, help="Print the profile JSON to stdout instead of the table.")
-@click.option("--batch-size", "-b", type=int, default=8, show_default=True, help="Samples per step (per worker).")
+@click.option("--batch-size", "-b", type=int, default=None,
+              help="Samples per step (per worker). [default: the built-in model's, as its shipped profile "
+                   "(mlp 64, resnet50 16, ...); 8 for your own model]")
 @click.option("--image-size", type=int, help="Image side in pixels for image models (default 64; cnn 32).")
 @click.option("--seq-len", type=int, help="Sequence length for gpt2/bert (default 64).")
 @click.option("--input-shape", help="One sample's shape for a user model, without the batch, e.g. 3x32x32.")
@@ -153,7 +144,7 @@ def profile_command(
     model: str,
     output: Path | None,
     as_json: bool,
-    batch_size: int,
+    batch_size: int | None,
     image_size: int | None,
     seq_len: int | None,
     input_shape: str | None,
@@ -180,6 +171,10 @@ def profile_command(
     """
     if output is None and not as_json:
         raise UserError("say where to write the profile: -o FILE (or --json to print it)")
+    from sgdscale.models import default_batch
+
+    if batch_size is None:
+        batch_size = default_batch(model)
     if batch_size < 1:
         raise UserError(f"--batch-size must be at least 1; got {batch_size}")
     if iterations < 1:
@@ -190,7 +185,7 @@ def profile_command(
         raise UserError(f"--threads must be at least 1; got {threads}")
     if output is not None:
         _check_output(output)
-    options = _parse_options(extra)
+    options = parse_key_values(extra)
     if input_shape is not None:
         options["input_shape"] = input_shape
     if num_classes is not None:
@@ -216,6 +211,7 @@ def profile_command(
     console.print(profile_table(result))
     for line in profile_summary_lines(result):
         console.print(line)
+    console.print(f"profiled: {model_line(result)}", highlight=False, soft_wrap=True)
     console.print(f"wrote {output}")
 
 

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sgdscale.errors import UserError
-from sgdscale.units import format_seconds, parse_bandwidth_bps, parse_time_s
+from sgdscale.units import format_seconds, parse_bandwidth_bps, parse_key_values, parse_time_s
 
 EPILOG = """\b
 Examples:
@@ -57,23 +57,6 @@ For PS strategies the world size is workers + ps (ranks >= workers are the shard
 """
 
 
-def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
-    options: dict[str, object] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--option takes KEY=VALUE (e.g. --option width=512), got '{pair}'")
-        for cast in (int, float):
-            try:
-                options[key] = cast(value)
-                break
-            except ValueError:
-                continue
-        else:
-            options[key] = value
-    return options
-
-
 @click.command("train", epilog=EPILOG)
 @click.argument("model")
 @click.option("--workers", "-n", type=int, default=2, show_default=True, help="Worker processes.")
@@ -84,7 +67,8 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, object]:
 @click.option("--grouping", default=None, help="allreduce: buckets (default) | single | per-layer | per-tensor.")
 @click.option("--bucket-mb", type=float, default=None, help="DDP bucket cap in MiB (grouping buckets; default 25).")
 @click.option("--batch-size", "-b", type=int, default=None,
-              help="Samples per worker per step [default: 32; a replay uses the profiled batch].")
+              help="Samples per worker per step [default: the built-in model's, as its shipped profile "
+                   "(mlp 64, resnet50 16, ...); 8 for your own model; a replay uses the profiled batch].")
 @click.option("--iterations", "-i", type=int, default=20, show_default=True, help="Measured iterations per worker.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations first.")
 @click.option("--image-size", type=int, default=None, help="Image side in pixels (image models).")
@@ -135,7 +119,7 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
     options = dict(
         workers=workers, strategy=strategy, ps_count=ps_count or 0, ps_placement=ps_placement,
         grouping=grouping, bucket_mb=bucket_mb, iterations=iterations, warmup=warmup,
-        image_size=image_size, seq_len=seq_len, model_options=parse_options(model_options), lr=lr,
+        image_size=image_size, seq_len=seq_len, model_options=parse_key_values(model_options), lr=lr,
         threads=threads,
     )
     if replay:
@@ -145,7 +129,9 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
     else:
         if replay_compute is not None:
             raise UserError("--replay-compute applies to replay runs only: add --replay")
-        config = validate(TrainConfig(model=model, batch_size=batch_size or 32, **options))
+        from sgdscale.models import default_batch
+
+        config = validate(TrainConfig(model=model, batch_size=batch_size or default_batch(model), **options))
     timeout_s = parse_time_s(timeout, "timeout")
     if timeout_s <= 0:
         raise UserError("--timeout must be positive, e.g. 300s")
@@ -190,8 +176,24 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         f"{config.batch_size}); step mean {format_seconds(stats.mean)}, p50 {format_seconds(stats.p50)}, "
         f"p95 {format_seconds(stats.p95)}"
     )
+    out.print(f"ran: {ran_line(config)}", highlight=False, soft_wrap=True)
     if output:
         out.print(f"measurement written to {output}")
+
+
+def ran_line(config) -> str:
+    """The model exactly as run (built-in defaults plus the given options) and the strategy."""
+    from sgdscale.models import describe_model, resolved_options
+
+    if config.replay is not None:
+        what = f"a replay of the profile {config.model} ({config.replay_compute} compute), batch {config.batch_size} per worker"
+    else:
+        options = resolved_options(config.model, {"image_size": config.image_size, "seq_len": config.seq_len,
+                                                  **config.model_options})
+        what = describe_model(config.model, options, config.batch_size)
+    plan = config.strategy + (f" with {config.ps_count} server shard{'s' if config.ps_count > 1 else ''}"
+                              if config.strategy != "allreduce" else f", grouping {config.grouping or 'buckets'}")
+    return f"{what}; {config.workers} workers, {plan}"
 
 
 def measurement_table(measurement) -> Table:

@@ -4,10 +4,12 @@ gradient collective or message), from which iteration times, breakdown and bottl
 `simulate` picks the engine: synchronous all-reduce has a closed-form longest path per iteration
 (one barrier per collective, one communication stream) that `sgdscale.fine.allreduce` evaluates
 vectorized over workers; the parameter-server strategies, with shared NICs and fair bandwidth
-sharing, go to the general discrete-event engine `sgdscale.fine.des`.
+sharing, go to the event-driven simulation `sgdscale.fine.ps` (networks `sgdscale.fine.links` and
+`sgdscale.fine.hubs`, events `sgdscale.fine.events`); `sgdscale.fine.engine` runs explicit DAGs
+for cross-checks.
 
 Iterations: `warmup` steps are simulated first and discarded, then `iterations` steps are
-reported (Outcome.iteration_s has `iterations` samples).
+reported (Outcome.iteration_s has `iterations` samples per worker).
 """
 
 from __future__ import annotations
@@ -41,17 +43,10 @@ def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommM
 
         return simulate_allreduce(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup,
                                   seed=seed, variability=variability, timeline=timeline)
-    try:
-        from sgdscale.fine.des import simulate_des
-    except ModuleNotFoundError as error:
-        if error.name != "sgdscale.fine.des":
-            raise
-        raise UserError(
-            f"the fine-grained simulator for '{strategy.kind}' is not part of this build; "
-            "use --strategy allreduce or --method coarse"
-        ) from None
-    return simulate_des(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
-                        variability=variability, timeline=timeline)
+    from sgdscale.fine.ps import simulate_ps
+
+    return simulate_ps(profile, cluster, strategy, comm, iterations=iterations, warmup=warmup, seed=seed,
+                       variability=variability, timeline=timeline)
 
 
 __all__ = ["simulate"]

@@ -18,8 +18,8 @@ then ends its step at max(end_last, backward_end_w) + optimizer_w. Per iteration
 over workers for every group plus O(groups) work. Workers that drew the same measured iteration
 at the same speed factor share their group-ready offsets, so that max runs over those few classes
 (latest backward start per class, then classes x groups) instead of workers x groups: 1,024
-workers x 100 iterations of a ResNet-50 cost well under a second (benchmarks/predict_speed.py). The general engine
-(sgdscale.fine.des) is checked against this in a test. With N identical workers and no
+workers x 100 iterations of a ResNet-50 cost well under a second (benchmarks/predict_speed.py). An event-driven
+oracle of the same DAG (tests/des_oracle.py) is checked against this in a test. With N identical workers and no
 variability one worker is simulated.
 
 Deterministic, per-layer grouping: the step equals the WFBP recurrence of §2.2 plus data, copy and
@@ -45,16 +45,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgdscale.bottleneck import describe_allreduce
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
-from sgdscale.fine.variability import ComputeSampler
-from sgdscale.grouping import GradGroup, group_gradients
+from sgdscale.variability import ComputeSampler
+from sgdscale.grouping import GradGroup, backward_done_s, group_gradients, ready_offsets_s
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome, TraceEvent
 from sgdscale.strategy import Strategy
-from sgdscale.units import format_bytes, format_seconds
+from sgdscale.units import format_bytes
 
 TIMELINE_ITERATIONS = 3
 TIMELINE_MAX_EVENTS = 5000
@@ -156,30 +157,21 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     exposed_mean = float(exposed.mean())
     wait_mean = max(step_mean - compute_mean - exposed_mean, 0.0)
     breakdown = Breakdown(compute_s=compute_mean, exposed_comm_s=exposed_mean, wait_s=wait_mean)
-    utilization = {
-        "compute": compute_mean / step_mean if step_mean > 0 else 0.0,
-        "network": comm_total_s / step_mean if step_mean > 0 else 0.0,
-    }
+    limited_by, bottleneck, utilization = describe_allreduce(
+        workers=workers, step_s=step_mean, breakdown=breakdown, levels=levels, topology=topology,
+        grouping=strategy.grouping, sizes_bytes=[g.bytes for g in groups], comm_s=comm_total_s,
+        compute_scale=cluster.compute_scale, variable=sampler.variable)
     throughput = workers * profile.batch_size / step_mean if step_mean > 0 else float("inf")
     return Outcome(
         iteration_s=steps,
         throughput=throughput,
         breakdown=breakdown,
-        bottleneck=describe_bottleneck(profile, cluster, strategy, topology, groups, costs, step_mean, breakdown,
-                                       sampler),
+        bottleneck=bottleneck,
         utilization=utilization,
         timeline=events,
         levels=levels,
-        limited_by=_straggler_limited(breakdown, step_mean),
+        limited_by=limited_by,
     )
-
-
-def _straggler_limited(breakdown: Breakdown, step_s: float) -> str:
-    """'stragglers' when waiting for the slowest worker outweighs exposed communication (the same
-    rule as `describe_bottleneck`); else empty, and the busiest level decides."""
-    if step_s > 0 and breakdown.wait_s >= 0.10 * step_s and breakdown.wait_s >= breakdown.exposed_comm_s:
-        return "stragglers"
-    return ""
 
 
 class _RowTables:
@@ -193,11 +185,8 @@ class _RowTables:
         # time from backward start to the end of layer l's backward = sum(t_b[l:]) (reverse order);
         # the backward total is taken from the same sums so "ready at the end of layer 0" and
         # "backward done" are the same float
-        after = np.cumsum(tb[:, ::-1], axis=1)[:, ::-1]
-        self.bwd = after[:, 0] if tb.shape[1] else np.zeros(tb.shape[0])
-        layer = np.array([g.ready_layer for g in groups], dtype=np.intp)
-        fraction = np.array([g.ready_fraction for g in groups], dtype=float)
-        self.offsets = after[:, layer] - (1.0 - fraction) * tb[:, layer] if groups else np.zeros((tb.shape[0], 0))
+        self.bwd = backward_done_s(tb)[:, 0] if tb.shape[1] else np.zeros(tb.shape[0])
+        self.offsets = ready_offsets_s(tb, [g.ready_layer for g in groups], [g.ready_fraction for g in groups])
 
     def worker_arrays(self, rows: np.ndarray, scale: np.ndarray, unit_scale: bool, with_offsets: bool = True):
         pre, fwd, bwd, opt = self.pre[rows], self.fwd[rows], self.bwd[rows], self.opt[rows]
@@ -226,7 +215,6 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
     to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer)."""
     if len(events) >= TIMELINE_MAX_EVENTS:
         return
-    step = profile.step
     names = [layer.name for layer in profile.layers]
     for worker in trace_workers:
         col = 0 if identical else worker
@@ -263,45 +251,3 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
         events.append(TraceEvent(f"all-reduce {format_bytes(group.bytes)}", float(comm_start[index]),
                                  float(costs[index]), "network", "all-reduce stream",
                                  {"iteration": iteration, "bytes": group.bytes, "tensors": len(group.tensors)}))
-
-
-def describe_bottleneck(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
-                        groups: list[GradGroup], costs: np.ndarray, step_s: float, breakdown: Breakdown,
-                        sampler: ComputeSampler | None = None) -> str:
-    """What limits a synchronous all-reduce step, in words, with the lever to pull."""
-    workers = cluster.workers
-    if workers == 1:
-        return "compute-bound: a single worker does not communicate"
-    if step_s <= 0:
-        return "nothing to compute"
-    wait_frac = breakdown.wait_s / step_s
-    exposed_frac = breakdown.exposed_comm_s / step_s
-    comm_s = float(costs.sum())
-    busy_frac = comm_s / step_s
-    if not cluster.homogeneous and any(s != 1.0 for s in cluster.compute_scale):
-        slowest = int(np.argmax(cluster.compute_scale))
-        cause = f"worker {slowest} computes {cluster.compute_scale[slowest]:g}x slower"
-    else:
-        cause = "per-iteration compute times vary and every collective waits for the slowest worker"
-    straggler_text = f"stragglers: workers wait {wait_frac:.0%} of the step for the slowest ({cause})"
-    if wait_frac >= 0.10 and wait_frac >= exposed_frac:
-        if exposed_frac >= 0.05:
-            straggler_text += f"; all-reduce not hidden behind backward adds another {exposed_frac:.0%}"
-        return straggler_text
-    if exposed_frac >= 0.05:
-        total_bytes = sum(g.bytes for g in groups)
-        network = topology.describe_allreduce()
-        linear = topology.allreduce_linear()
-        startup_s = (linear.alpha_s if linear else 0.0) * len(groups)
-        text = (f"communication: {exposed_frac:.0%} of each step waits for all-reduce "
-                f"({format_bytes(total_bytes)} over {network} takes {format_seconds(comm_s)} per step, "
-                f"{format_seconds(breakdown.exposed_comm_s)} of it not hidden behind backward)")
-        if wait_frac >= 0.05:
-            text += f"; stragglers add another {wait_frac:.0%}"
-        if strategy.grouping == "single":
-            return text + "; nothing overlaps with backward: try --grouping buckets"
-        if startup_s > 0.5 * comm_s:
-            return (text + f"; {len(groups)} collectives x {format_seconds(startup_s / len(groups))} startup "
-                    "dominate: try larger buckets or --grouping mg-wfbp")
-        return text + "; try a faster network or fewer gradient bytes"
-    return f"compute-bound: communication hidden behind backward (network busy {busy_frac:.0%} of the step)"

@@ -8,9 +8,10 @@ complete in backward, is aggregated/applied on its shard in `update_s` (the prof
 time in proportion to the message's bytes), and comes back as fresh parameters; forward of layer
 l waits for every message holding one of l's tensors (`need[l]`).
 
-`ps_sync_dag` spells out the whole synchronous-PS DAG explicitly for `sgdscale.fine.engine`
-(small cases: every operation is an object there). The fast simulator in `sgdscale.fine.des`
-runs the same dependencies without materialising them; a test checks that the two agree.
+Tensors go to shards by `sgdscale.placement.place_tensors`. `ps_sync_dag` spells out the whole
+synchronous-PS DAG explicitly for `sgdscale.fine.engine` (small cases: every operation is an
+object there). The simulation in `sgdscale.fine.ps` runs the same dependencies without
+materialising them; a test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -23,25 +24,12 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
 from sgdscale.fine.engine import Dag
-from sgdscale.fine.links import EventQueue, LinkNetwork
+from sgdscale.fine.events import EventQueue
+from sgdscale.fine.links import LinkNetwork
 from sgdscale.grouping import group_gradients, tensor_layers
+from sgdscale.placement import place_tensors
 from sgdscale.profile import Profile
 from sgdscale.strategy import Strategy
-
-
-def place_tensors(profile: Profile, shards: int, placement: str) -> list[int]:
-    """Shard of every tensor (forward order): round-robin (TensorFlow's replica_device_setter
-    default) or greedy by size (largest first onto the least-loaded shard, ties to the lowest)."""
-    tensors = profile.tensors
-    if placement == "round-robin" or shards == 1:
-        return [i % shards for i in range(len(tensors))]
-    load = [0] * shards
-    shard_of = [0] * len(tensors)
-    for i in sorted(range(len(tensors)), key=lambda i: (-tensors[i].bytes, i)):
-        s = min(range(shards), key=lambda s: (load[s], s))
-        shard_of[i] = s
-        load[s] += tensors[i].bytes
-    return shard_of
 
 
 @dataclass(frozen=True)
@@ -55,26 +43,16 @@ class PsPlan:
     update_s: list[float]
     need: list[list[int]]  # per layer: messages its forward waits for
     shards: int
-    tensor_shard: list[int]
 
     @property
     def messages(self) -> int:
         return len(self.bytes)
 
-    def release_offsets(self, backward_s: np.ndarray) -> np.ndarray:
-        """(rows, messages) time from backward start until each message is complete."""
-        after = np.cumsum(backward_s[:, ::-1], axis=1)[:, ::-1]  # sum of t_b[l:]
-        if not self.bytes:
-            return np.zeros((backward_s.shape[0], 0))
-        layer = np.array(self.ready_layer, dtype=np.intp)
-        fraction = np.array(self.ready_fraction, dtype=float)
-        return after[:, layer] - (1.0 - fraction) * backward_s[:, layer]
-
 
 def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology) -> PsPlan:
     topology = Topology.of(cluster, comm, strategy)
     shards = topology.ps_shards
-    tensor_shard = place_tensors(profile, shards, strategy.placement)
+    tensor_shard = place_tensors([t.bytes for t in profile.tensors], shards, strategy.placement)
     layer_of = tensor_layers(profile)
     groups = group_gradients(profile, strategy, topology, cluster.workers)
     total_bytes = profile.gradient_bytes
@@ -96,7 +74,7 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
             out_update.append(optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0)
             for layer in sorted({layer_of[i] for i in by_shard[s]}):
                 need[layer].append(m)
-    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, tensor_shard)
+    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards)
 
 
 def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[list[float], float]:
@@ -134,7 +112,6 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     # Shard s posts its receives of step k once all its replies of step k-1 have been delivered.
     replies: list[list[int]] = [[] for _ in range(shards)]
     for k in range(steps):
-        offsets = plan.release_offsets(backward_s[k])
         ends = []
         pushes: list[list[int]] = [[] for _ in range(plan.messages)]
         for w in range(n):

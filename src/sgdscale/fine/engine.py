@@ -7,8 +7,8 @@ Each operation is one of:
 - a *message* (conn >= 0): `nbytes` sent on a connection of a `LinkNetwork` (max-min shared links,
   FIFO per connection, latency alpha), finishing when delivered.
 
-Ties are broken by a sequence number, so a run is deterministic. `sgdscale.fine.des` simulates
-the SGD strategies with a faster process-oriented loop over the same event queue and links; this
+Ties are broken by a sequence number, so a run is deterministic. `sgdscale.fine.ps` simulates
+the parameter servers with a faster process-oriented loop over the same event queue and links; this
 engine runs explicit DAGs (tests, small cross-checks, and any new variant someone wants to try
 without writing a specialised loop).
 """
@@ -19,9 +19,9 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
-from sgdscale.fine.links import EventQueue, LinkNetwork
+from sgdscale.fine.events import EventQueue, Kind, NetworkModel
 
-_FINISH = 100  # engine event kind; link events use kinds 0..2
+_FINISH = int(Kind.TASK_FINISH)
 
 
 @dataclass
@@ -87,9 +87,10 @@ class DagRun:
     busy_s: list[float]  # per resource
 
 
-def run_dag(dag: Dag, resources: int, network: LinkNetwork | None = None,
+def run_dag(dag: Dag, resources: int, network: NetworkModel | None = None,
             queue: EventQueue | None = None) -> DagRun:
-    """Simulate `dag`; a message op needs `network` (built on `queue`, with kind_base 0)."""
+    """Simulate `dag`; a message op needs `network` (built on `queue`; its event kinds must not be
+    `Kind.TASK_FINISH`)."""
     n = len(dag)
     q = queue or (network.queue if network is not None else EventQueue())
     if network is not None and network.queue is not q:

@@ -4,10 +4,11 @@ A `Workload` is everything one training step needs: the module, a synthetic batc
 loss. Profiling, the real distributed runtime and validation all build their models here so the
 model that was profiled is exactly the model that was run.
 
-Built-in models (`known_models()`):
+Built-in models (`known_models()`); their default options and batch are `sgdscale.models`, the
+same as the shipped profiles', so a name means one model everywhere:
   resnet18 resnet50 vgg16 alexnet mobilenet_v2 densenet121
-      torchvision definitions, ``weights=None``. Options: image_size (default 64), num_classes
-      (default 1000). Batch: float32 images ``[b, 3, s, s]``, integer class targets; cross-entropy.
+      torchvision definitions, ``weights=None``. Options: image_size (default 64; alexnet 96),
+      num_classes (default 1000). Batch: float32 images ``[b, 3, s, s]``, integer class targets; cross-entropy.
   gpt2   GPT-2-style causal decoder (token + position embedding, pre-LN blocks with causal
          self-attention and a 4x MLP, final LN, LM head tied to the token embedding as in GPT-2).
          Options: layers, hidden, heads, vocab, seq_len, dropout. Next-token cross-entropy.
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from sgdscale.errors import UserError
+from sgdscale.models import BUILTIN_MODELS, default_option
 from sgdscale.profiling._torch_compat import import_torch, import_torchvision
 
 torch = import_torch()
@@ -63,7 +65,6 @@ class Workload:
 _VISION = ("resnet18", "resnet50", "vgg16", "alexnet", "mobilenet_v2", "densenet121")
 # Smallest square input each network accepts (measured: below it a pooling layer gets 0x0).
 _MIN_IMAGE_SIZE = {"vgg16": 32, "alexnet": 63, "densenet121": 29}
-_DEFAULT_IMAGE_SIZE = 64
 
 
 def _classification_loss(outputs: Tensor, targets: Tensor) -> Tensor:
@@ -82,8 +83,8 @@ def _image_batches(
 
 
 def _vision(name: str, image_size: int | None, generator: torch.Generator, opts: _Options) -> Workload:
-    num_classes = opts.int("num_classes", 1000)
-    size = _DEFAULT_IMAGE_SIZE if image_size is None else image_size
+    num_classes = opts.int("num_classes", default_option(name, "num_classes", 1000))
+    size = default_option(name, "image_size", 64) if image_size is None else image_size
     minimum = _MIN_IMAGE_SIZE.get(name, 1)
     if size < minimum:
         raise UserError(f"{name} needs images of at least {minimum}x{minimum} pixels; got --image-size {size}")
@@ -208,11 +209,8 @@ def _token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
 
-_TRANSFORMER_DEFAULTS = {
-    # Small enough for well under a second per step at batch 8 on one CPU thread.
-    "gpt2": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 8192, "seq_len": 64},
-    "bert": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 8192, "seq_len": 64},
-}
+# Small enough for well under a second per step at batch 8 on one CPU thread (sgdscale.models).
+_TRANSFORMER_DEFAULTS = {name: BUILTIN_MODELS[name].options for name in ("gpt2", "bert")}
 
 
 def _transformer(name: str, seq_len: int | None, generator: torch.Generator, opts: _Options) -> Workload:
@@ -221,7 +219,7 @@ def _transformer(name: str, seq_len: int | None, generator: torch.Generator, opt
     hidden = opts.int("hidden", defaults["hidden"])
     heads = opts.int("heads", defaults["heads"])
     vocab = opts.int("vocab", defaults["vocab"], minimum=2)
-    dropout = opts.float("dropout", 0.1)
+    dropout = opts.float("dropout", defaults["dropout"])
     seq = defaults["seq_len"] if seq_len is None else seq_len
     if seq < 1:
         raise UserError(f"--seq-len must be at least 1; got {seq}")
@@ -262,10 +260,10 @@ def _transformer(name: str, seq_len: int | None, generator: torch.Generator, opt
 
 
 def _mlp(generator: torch.Generator, opts: _Options) -> Workload:
-    width = opts.int("width", 1024)
-    depth = opts.int("depth", 4)
+    width = opts.int("width", default_option("mlp", "width", 2048))
+    depth = opts.int("depth", default_option("mlp", "depth", 4))
     input_dim = opts.int("input_dim", width)
-    num_classes = opts.int("num_classes", 10)
+    num_classes = opts.int("num_classes", default_option("mlp", "num_classes", 10))
     opts.done()
     layers: list[nn.Module] = []
     fan_in = input_dim
@@ -291,9 +289,9 @@ def _mlp(generator: torch.Generator, opts: _Options) -> Workload:
 
 
 def _cnn(image_size: int | None, generator: torch.Generator, opts: _Options) -> Workload:
-    width = opts.int("width", 32)
-    num_classes = opts.int("num_classes", 10)
-    size = 32 if image_size is None else image_size
+    width = opts.int("width", default_option("cnn", "width", 32))
+    num_classes = opts.int("num_classes", default_option("cnn", "num_classes", 10))
+    size = default_option("cnn", "image_size", 32) if image_size is None else image_size
     if size < 4:
         raise UserError(f"cnn needs images of at least 4x4 pixels (two 2x2 poolings); got --image-size {size}")
     opts.done()

@@ -57,8 +57,20 @@ def plot_prediction(prediction: Prediction, path: str | os.PathLike[str]) -> Non
     """Throughput vs workers per method (with ideal linear scaling), and the per-step breakdown.
 
     The breakdown panel shows the fine method's compute / exposed communication / wait per worker
-    count (the coarse one when fine is absent).
+    count (the coarse one when fine is absent), each bar labelled with what limits it (`limited_by`,
+    as in the table and the JSON); worker counts where the methods differ by more than 10% are
+    marked on the throughput panel, as the table's remarks say.
     """
+    plt = _pyplot()
+    fig = prediction_figure(prediction)
+    try:
+        _save(fig, path)
+    finally:
+        plt.close(fig)
+
+
+def prediction_figure(prediction: Prediction):
+    """The figure `plot_prediction` saves (two panels: throughput, per-step breakdown)."""
     plt = _pyplot()
     results = sorted(prediction.results, key=lambda r: (r.method, r.workers))
     methods = list(dict.fromkeys(r.method for r in results))
@@ -84,6 +96,9 @@ def plot_prediction(prediction: Prediction, path: str | os.PathLike[str]) -> Non
     ax_tp.set_ylabel("throughput (samples/s, whole cluster)")
     ax_tp.set_title("throughput")
     ax_tp.grid(True, which="both", alpha=0.3)
+    for gap in prediction.disagreements():
+        ax_tp.annotate(f"methods differ {gap['difference']:.0%}", (gap["workers"], max(gap["fine"], gap["coarse"])),
+                       textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7, color="tab:red")
     if results:
         ax_tp.legend()
 
@@ -102,6 +117,8 @@ def plot_prediction(prediction: Prediction, path: str | os.PathLike[str]) -> Non
         ax_bd.bar(positions, comm, bottom=compute, label="exposed communication", color="tab:red")
         ax_bd.bar(positions, wait, bottom=[c + m for c, m in zip(compute, comm)], label="wait (barrier/queue)",
                   color="tab:gray")
+        for x, r, top in zip(positions, rows, (c + m + w for c, m, w in zip(compute, comm, wait))):
+            ax_bd.text(x, top, r.limited_by or "-", ha="center", va="bottom", fontsize=7, rotation=90)
         ax_bd.set_xticks(list(positions), labels)
         ax_bd.set_title(f"per-step breakdown ({breakdown_method}-grained)")
         ax_bd.legend(loc="upper left", fontsize="small")
@@ -110,10 +127,7 @@ def plot_prediction(prediction: Prediction, path: str | os.PathLike[str]) -> Non
     ax_bd.grid(True, axis="y", alpha=0.3)
     fig.suptitle(_title(prediction.inputs))
     fig.tight_layout()
-    try:
-        _save(fig, path)
-    finally:
-        plt.close(fig)
+    return fig
 
 
 def plot_validation(cases: Sequence[dict[str, Any]], path: str | os.PathLike[str], *,

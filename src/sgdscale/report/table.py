@@ -15,11 +15,12 @@ def header_line(prediction: Prediction) -> str:
     """The inputs in one line: model, batch, network, strategy, grouping, method settings."""
     inputs = prediction.inputs
     profile, cluster, strategy, comm = inputs["profile"], inputs["cluster"], inputs["strategy"], inputs["comm"]
-    network = (f"{format_bandwidth(cluster['bandwidth_bps'])}, latency {format_seconds(cluster['latency_s'])}, "
-               f"{comm['algorithm']} all-reduce")
-    if comm.get("measured_allreduce_workers"):
-        network += f" (measured fits for {','.join(map(str, comm['measured_allreduce_workers']))} workers)"
     kind = strategy["kind"]
+    network = f"{format_bandwidth(cluster['bandwidth_bps'])}, latency {format_seconds(cluster['latency_s'])}"
+    if kind == "allreduce":  # a parameter server runs no collective: naming one would mislead
+        network += f", {comm['algorithm']} all-reduce"
+    if kind == "allreduce" and comm.get("measured_allreduce_workers"):
+        network += f" (measured fits for {','.join(map(str, comm['measured_allreduce_workers']))} workers)"
     if kind == "allreduce":
         grouping = strategy["grouping"]
         if grouping == "buckets":
@@ -42,45 +43,59 @@ def header_line(prediction: Prediction) -> str:
                        f", servers {strategy['ps_placement']}" if kind != "allreduce" else ""))
     elif kind != "allreduce" and strategy.get("ps_placement") == "colocated":
         network += ", servers colocated"
-    return (f"{profile['model']}: batch {profile['batch_size']} per worker, "
+    from sgdscale.models import describe_model
+
+    model = describe_model(profile["model"], profile.get("input") or {}, profile["batch_size"])
+    source = profile.get("source")
+    if source and source != profile["model"]:
+        model += f"; profile {source}"
+    return (f"{model} | "
             f"{format_bytes(profile['gradient_bytes'])} of gradients, profiled step {format_seconds(profile['step_s'])} | "
             f"{network} | {plan}" + (" | " + "; ".join(extras) if extras else "") +
             f" | {inputs['iterations']} iterations after {inputs['warmup']} warm-up, variability {variability}, "
             f"seed {inputs['seed']}")
 
 
-def prediction_table(prediction: Prediction) -> Table:
-    """Numbers only; the bottleneck sentences follow the table (`bottleneck_lines`), so the table
-    stays readable in a 100-column terminal."""
-    table = Table(title="Predicted data-parallel training speed", title_justify="left", box=box.SIMPLE_HEAD,
-                  pad_edge=False)
-    table.add_column("workers", justify="right")
-    table.add_column("method")
-    table.add_column("samples/s", justify="right")
-    table.add_column("step mean", justify="right")
-    table.add_column("step p95", justify="right")
-    table.add_column("speedup", justify="right")
-    table.add_column("effic.", justify="right")
-    table.add_column("compute", justify="right")
-    table.add_column("exposed comm", justify="right")
-    table.add_column("wait", justify="right")
-    table.add_column("limited by", min_width=15)
+FULL_WIDTH = 110  # narrower consoles get the compact table (no p95 and compute columns)
+
+
+def prediction_table(prediction: Prediction, width: int | None = None) -> Table:
+    """Numbers only; the bottleneck sentences follow the table (`bottleneck_lines`). Below
+    `FULL_WIDTH` columns the step p95 and compute columns are left out (both are in --json) and
+    columns are one space apart, so the table fits an 80-column terminal without cut headers."""
+    compact = width is not None and width < FULL_WIDTH
+    title = "Predicted data-parallel training speed" + (" (step p95 and compute: --json)" if compact else "")
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                  padding=0 if compact else (0, 1), show_edge=not compact)  # compact: one space between
+    columns = [("workers", "right"), ("method", "left"), ("samples/s", "right"), ("step mean", "right"),
+               ("step p95", "right"), ("speedup", "right"), ("effic.", "right"), ("compute", "right"),
+               ("exposed comm", "right"), ("wait", "right"), ("limited by", "left")]
+    skip = {"step p95", "compute"} if compact else set()
+    for name, justify in columns:
+        if name not in skip:
+            table.add_column(name, justify=justify, min_width=None if compact or name != "limited by" else 15)
     for result in prediction.results:
         b = result.breakdown
-        table.add_row(
-            str(result.workers),
-            result.method,
-            f"{result.throughput:,.1f}",
-            format_seconds(result.iteration_s["mean"]),
-            format_seconds(result.iteration_s["p95"]),
-            f"{result.speedup:.2f}x",
-            f"{result.efficiency:.0%}",
-            _seconds(b.compute_s),
-            _seconds(b.exposed_comm_s),
-            _seconds(b.wait_s),
-            result.limited_by or "-",
-        )
+        cells = {
+            "workers": str(result.workers),
+            "method": result.method,
+            "samples/s": f"{result.throughput:,.1f}",
+            "step mean": format_seconds(result.iteration_s["mean"]),
+            "step p95": format_seconds(result.iteration_s["p95"]),
+            "speedup": f"{result.speedup:.2f}x",
+            "effic.": f"{result.efficiency:.0%}",
+            "compute": _seconds(b.compute_s),
+            "exposed comm": _seconds(b.exposed_comm_s),
+            "wait": _seconds(b.wait_s),
+            "limited by": result.limited_by or "-",
+        }
+        table.add_row(*(cells[name] for name, _ in columns if name not in skip))
     return table
+
+
+def remark_lines(prediction: Prediction) -> list[str]:
+    """One line per worker count where the two methods disagree by more than 10%."""
+    return [f"remark: {d['remark']}" for d in prediction.disagreements()]
 
 
 def _seconds(value: float) -> str:

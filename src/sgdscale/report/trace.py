@@ -95,6 +95,11 @@ def chrome_trace(events: Iterable[TraceEvent], metadata: dict[str, Any] | None =
     return trace
 
 
+def drawn_workers(events: Iterable[TraceEvent]) -> list[str]:
+    """The worker processes a timeline holds (a predictor draws a few workers, not all), in order."""
+    return sorted({e.process for e in events if e.process.startswith("worker ")}, key=_natural_key)
+
+
 def write_chrome_trace(events: list[TraceEvent], path: str | os.PathLike[str],
                        metadata: dict[str, Any] | None = None) -> None:
     """Write a predicted timeline to `path` (open it in ui.perfetto.dev); written whole or not at all."""

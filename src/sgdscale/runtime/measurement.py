@@ -23,11 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sgdscale.errors import UserError
 from sgdscale.inputs import describe
 from sgdscale.jsonio import write_json_atomic
+from sgdscale.placement import PLACEMENTS
+from sgdscale.strategy import GROUPINGS as ALL_GROUPINGS
+from sgdscale.strategy import KINDS
 
 MEASUREMENT_SCHEMA = "sgdscale.measurement/1"
-STRATEGIES = ("allreduce", "ps-sync", "ps-async")
-GROUPINGS = ("buckets", "single", "per-layer", "per-tensor")
-PS_PLACEMENTS = ("round-robin", "size")
+# The names are the predictor's (sgdscale.strategy, sgdscale.placement); the runtime has no MG-WFBP.
+STRATEGIES = KINDS
+GROUPINGS = tuple(g for g in ALL_GROUPINGS if g != "mg-wfbp")
+PS_PLACEMENTS = PLACEMENTS
 
 
 class _Strict(BaseModel):
@@ -38,13 +42,13 @@ class RunConfig(_Strict):
     """What was run (echoed so a measurement file stands on its own)."""
 
     model: str
-    strategy: Literal["allreduce", "ps-sync", "ps-async"]
-    grouping: Literal["buckets", "single", "per-layer", "per-tensor"] | None = None
+    strategy: Literal[STRATEGIES]
+    grouping: Literal[GROUPINGS] | None = None
     bucket_mb: float | None = Field(default=None, gt=0, description="MiB, as DDP's bucket_cap_mb")
     first_bucket_mb: float | None = Field(default=None, gt=0, description="MiB")
     workers: int = Field(ge=1)
     ps_count: int = Field(default=0, ge=0)
-    ps_placement: Literal["round-robin", "size"] | None = None
+    ps_placement: Literal[PS_PLACEMENTS] | None = None
     batch_size: int = Field(ge=1, description="per worker")
     iterations: int = Field(ge=1, description="measured iterations per worker")
     warmup: int = Field(ge=0)

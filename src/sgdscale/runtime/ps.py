@@ -1,10 +1,8 @@
 """Parameter server on gloo point-to-point (isend/irecv), synchronous or asynchronous.
 
-Ranks: workers are ranks 0..N-1, server shards are ranks N..N+S-1. Placement of parameter
-tensor i (in `module.parameters()` order): `round-robin` (default) puts it on shard i mod S; note
-that for layers with a weight and a bias this sends every weight to the even shards when S is even.
-`size` assigns tensors largest first to the shard with the fewest bytes so far (greedy balance).
-Messages between a worker and a shard carry tag i, so gloo matches them per tensor, in order.
+Ranks: workers are ranks 0..N-1, server shards are ranks N..N+S-1. Parameter tensors (in
+`module.parameters()` order) go to shards by `sgdscale.placement` (round-robin or by size), the
+rule the predictors use. Messages between a worker and a shard carry tag i, so gloo matches them per tensor, in order.
 
 Worker step (both modes): forward, where each module's forward pre-hook first waits for the
 pulled values of that module's own parameters (so pulls overlap the forward of earlier layers);
@@ -34,28 +32,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sgdscale.placement import place_tensors
 from sgdscale.runtime.rank import RankContext
 from sgdscale.runtime.worker import IterationLog, Setup, clock, maybe_fault
 
 
-def place(sizes_bytes: list[int], ps_count: int, how: str = "round-robin") -> list[int]:
-    """Shard index of every parameter tensor (see the module docstring)."""
-    if how == "round-robin":
-        return [i % ps_count for i in range(len(sizes_bytes))]
-    if how == "size":
-        load = [0] * ps_count
-        shards = [0] * len(sizes_bytes)
-        for i in sorted(range(len(sizes_bytes)), key=lambda i: (-sizes_bytes[i], i)):
-            shard = min(range(ps_count), key=lambda s: (load[s], s))
-            shards[i] = shard
-            load[shard] += sizes_bytes[i]
-        return shards
-    raise ValueError(f"unknown placement {how!r}")
-
-
 def _placement(params: list[torch.Tensor], config: dict[str, Any]) -> list[int]:
     sizes = [p.numel() * p.element_size() for p in params]
-    return place(sizes, config["ps_count"], config.get("ps_placement", "round-robin"))
+    return place_tensors(sizes, config["ps_count"], config.get("ps_placement", "round-robin"))
 
 
 def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:

@@ -97,12 +97,6 @@ class ComputeSampler:
             return self._zero_rows
         return self._rng.integers(0, self.rows, size=self.workers)
 
-    def draw_row(self) -> int:
-        """One row index for a single worker's iteration (event-driven engines)."""
-        if not self.variable:
-            return 0
-        return int(self._rng.integers(0, self.rows))
-
     def draw(self) -> ComputeDraw:
         """Every worker's compute times for one iteration."""
         rows = self.draw_rows()
@@ -122,19 +116,6 @@ class ComputeSampler:
             data_s=self.data_table_s[rows] * scale,
             h2d_s=self.h2d_table_s[rows] * scale,
             optimizer_s=self.optimizer_table_s[rows] * scale,
-        )
-
-    def draw_worker(self, worker: int) -> ComputeDraw:
-        """One iteration of one worker (arrays of shape (1, layers) and (1,)), for engines in which
-        workers run at their own pace (asynchronous SGD)."""
-        row = self.draw_row()
-        scale = self.scale[worker]
-        return ComputeDraw(
-            forward_s=self.forward_table_s[row : row + 1] * scale,
-            backward_s=self.backward_table_s[row : row + 1] * scale,
-            data_s=self.data_table_s[row : row + 1] * scale,
-            h2d_s=self.h2d_table_s[row : row + 1] * scale,
-            optimizer_s=self.optimizer_table_s[row : row + 1] * scale,
         )
 
 

@@ -1,0 +1,357 @@
+"""`LinkNetwork` made fast where server NICs bind: each hub link is one processor-sharing queue.
+
+Connections each cross one *hub* link (a server NIC) and one *edge* link (a worker NIC, possibly
+carrying one connection per server shard). If every connection on a hub of capacity C (k of them
+active, edge links of capacity p) gets min(p, C/k) and no edge link is over its capacity, that
+allocation is max-min fair (every connection is bottlenecked on a saturated link where nobody gets
+more). Each hub is then a processor-sharing queue: a virtual clock V (bytes served per connection)
+advances at that rate, a moving message finishes when V reaches its virtual finish tag, and only
+the earliest tag needs an event, so a change costs O(log k) instead of rescheduling all k
+connections (*star mode*).
+
+With one server shard and identical workers the edge links are private and star mode always
+holds. With several shards a worker's NIC carries one connection per shard, so every rate rise is
+checked; when a change would put an edge link over capacity the network converts its state (bytes
+left per connection) to `LinkNetwork`'s general progressive filling, and after each general
+reallocation converts back if the rates are the star rates again. Hub events carry a = -1 - hub,
+so `on_done` tells them from per-connection events. Exactly the same answer as `LinkNetwork`
+(tests check it), with far fewer rate recomputations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+
+from sgdscale.fine.events import PUSH_KINDS, EventQueue, NetKinds
+from sgdscale.fine.links import LinkNetwork
+
+__all__ = ["StarNetwork"]
+
+
+class StarNetwork(LinkNetwork):
+    """`LinkNetwork` in star mode while it holds (see the module docstring).
+
+    `shared` names the hub links; without it, of a connection's two links the one that other
+    connections also use is its hub (the other, private, its edge)."""
+
+    @staticmethod
+    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]], shared: set[int] | None = None) -> bool:
+        """True when every connection has one hub link and, per hub, all its connections' edge
+        links have the same capacity (star mode is possible at all)."""
+        return _hub_edges(capacities_Bps, pairs, shared) is not None
+
+    def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
+                 kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None) -> None:
+        super().__init__(queue, capacities_Bps, alpha_s, kinds)
+        self.hub_set = set(shared) if shared is not None else None
+        nl = len(self.cap)
+        # Per hub: active connections, per-connection rate, virtual clock and its time, heap of
+        # (finish tag, seq, connection), event version, edge capacity of its connections.
+        self.s_k = [0] * nl
+        self.s_rate = [0.0] * nl
+        self.s_v = [0.0] * nl
+        self.s_vt = [0.0] * nl
+        self.s_heap: list[list] = [[] for _ in range(nl)]
+        self.s_ver = [0] * nl
+        self.s_p = [0.0] * nl
+        # Per connection: its hub and edge, finish tag and bytes of the moving message.
+        self.c_hub: list[int] = []
+        self.c_edge: list[int] = []
+        self.c_fin: list[float] = []
+        self.c_head_bytes: list[float] = []
+        self.edge_active: list[list[int]] = [[] for _ in range(nl)]
+        self.star = False
+        self.star_possible = False
+        self.check = False  # some edge carries several connections: check it on every rate rise
+        self._ready = False
+        self._seq2 = itertools.count()
+        self.switches = 0
+        self.on_done = self._done_handler()
+
+    def add_connection(self, up: int, down: int) -> int:
+        c = super().add_connection(up, down)
+        self.c_hub.append(-1)
+        self.c_edge.append(-1)
+        self.c_fin.append(0.0)
+        self.c_head_bytes.append(0.0)
+        return c
+
+    def _finalize(self) -> None:
+        """Decide hubs and edges once all connections exist (first message sent)."""
+        self._ready = True
+        pairs = list(zip(self.c_up, self.c_down))
+        roles = _hub_edges(self.cap, pairs, self.hub_set) if pairs else None
+        self.star_possible = roles is not None
+        if roles is not None:
+            edge_uses = [0] * len(self.cap)
+            for c, (hub, edge) in enumerate(roles):
+                self.c_hub[c], self.c_edge[c] = hub, edge
+                self.s_p[hub] = self.cap[edge]
+                edge_uses[edge] += 1
+            self.check = max(edge_uses) > 1
+            self.hubs = sorted(set(self.c_hub))
+            self.edge_min_cap = min(self.cap[e] for e in self.c_edge)
+            self.star = True
+        self.link_conns: list[list[int]] = [[] for _ in self.cap]
+        for c, (up, down) in enumerate(pairs):
+            self.link_conns[up].append(c)
+            self.link_conns[down].append(c)
+
+    # --- star mode ----------------------------------------------------------------------------
+    def _advance(self, hub: int, now: float) -> None:
+        dt = now - self.s_vt[hub]
+        if dt > 0.0:
+            self.s_v[hub] += self.s_rate[hub] * dt
+        self.s_vt[hub] = now
+
+    def _reschedule(self, hub: int, now: float) -> None:
+        """The hub's k connections each get min(p, C/k); schedule its next completion in virtual
+        time (a new version makes the hub's older completion event stale)."""
+        k = self.s_k[hub]
+        ver = self.s_ver[hub] + 1
+        self.s_ver[hub] = ver
+        if k == 0:
+            self.s_rate[hub] = 0.0
+            return
+        share = self.cap[hub] / k
+        p = self.s_p[hub]
+        rate = p if p < share else share
+        self.s_rate[hub] = rate
+        left = self.s_heap[hub][0][0] - self.s_v[hub]
+        if left < 0.0:
+            left = 0.0
+        heapq.heappush(self.queue.heap, (now + left / rate, next(self.queue.seq), self.kind_done, -1 - hub, ver))
+
+    def _feasible(self, edges: Iterable[int]) -> bool:
+        """No edge link among `edges` carries more than its capacity at the star rates."""
+        rate = self.s_rate
+        if sum(rate[h] for h in self.hubs if self.s_k[h]) <= self.edge_min_cap * (1 + 1e-12):
+            return True
+        for x in edges:
+            total = 0.0
+            for c in self.edge_active[x]:
+                total += rate[self.c_hub[c]]
+            if total > self.cap[x] * (1 + 1e-9):
+                return False
+        return True
+
+    def _to_general(self, now: float) -> None:
+        self.star = False
+        self.switches += 1
+        l_n = self.l_n
+        for i in range(len(l_n)):
+            l_n[i] = 0
+            self.l_rate[i] = 0.0
+            self.l_last[i] = now
+        for h in self.hubs:
+            if self.s_k[h]:
+                self._advance(h, now)
+                v = self.s_v[h]
+                for fin, _, c in self.s_heap[h]:
+                    self.c_rem[c] = max(fin - v, 0.0)
+                    self.c_t[c] = now
+                    self.c_rate[c] = 0.0
+                    self.c_ver[c] += 1
+                self.s_heap[h] = []
+                self.s_k[h] = 0
+            self.s_ver[h] += 1
+            self.s_rate[h] = 0.0
+        for c in self.active:
+            l_n[self.c_up[c]] += 1
+            l_n[self.c_down[c]] += 1
+        for lst in self.edge_active:
+            lst.clear()
+        self.dirty = True
+
+    def _to_star(self, now: float) -> None:
+        self.star = True
+        self.switches += 1
+        for h in self.hubs:
+            self.s_v[h] = 0.0
+            self.s_vt[h] = now
+            self.s_k[h] = 0
+            self.s_heap[h] = []
+        for c in self.active:
+            h = self.c_hub[c]
+            rem = self.c_rem[c] - self.c_rate[c] * (now - self.c_t[c])
+            rem = rem if rem > 0.0 else 0.0
+            self.c_fin[c] = rem
+            self.c_ver[c] += 1  # drop its pending per-connection event
+            self.c_rate[c] = 0.0
+            heapq.heappush(self.s_heap[h], (rem, next(self._seq2), c))
+            self.s_k[h] += 1
+            if self.check:
+                self.edge_active[self.c_edge[c]].append(c)
+        for h in self.hubs:
+            if self.s_k[h]:
+                self._reschedule(h, now)
+
+    # --- interface ----------------------------------------------------------------------------
+    def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
+        if not self._ready:
+            self._finalize()
+        q = self.c_queue[conn]
+        q.append((release_s, nbytes, token, tag))
+        if len(q) == 1:
+            self._head_arrived(conn, now)
+
+    def _head_arrived(self, conn: int, now: float) -> None:
+        release_s, nbytes, _, _ = self.c_queue[conn][0]
+        self.c_head_bytes[conn] = nbytes
+        if release_s > now or not self.star:
+            super()._head_arrived(conn, now)
+            return
+        h = self.c_hub[conn]
+        self._advance(h, now)
+        fin = self.s_v[h] + nbytes
+        self.c_fin[conn] = fin
+        self.c_start[conn] = now
+        heapq.heappush(self.s_heap[h], (fin, next(self._seq2), conn))
+        self.active[conn] = None
+        self.s_k[h] += 1
+        self._reschedule(h, now)
+        if self.check:
+            edge = self.c_edge[conn]
+            self.edge_active[edge].append(conn)
+            if not self._feasible((edge,)):
+                self._to_general(now)
+
+    def _done_handler(self):
+        """`on_done`, as a closure over the state lists: the hot path of every parameter-server run
+        (one call per message), where reading each list from the instance cost 8% of a run
+        (benchmarks/predict_speed.py). Set as the instance's `on_done` in `__init__`."""
+        s_ver, s_rate, s_vt, s_v, s_k, s_heap = self.s_ver, self.s_rate, self.s_vt, self.s_v, self.s_k, self.s_heap
+        c_queue, c_sent, c_start, c_fin, c_head_bytes = self.c_queue, self.c_sent, self.c_start, self.c_fin, \
+            self.c_head_bytes
+        gheap, gseq, seq2 = self.queue.heap, self.queue.seq, self._seq2
+        kind_done, alpha_s, active = self.kind_done, self.alpha_s, self.active
+        heappush, heappop = heapq.heappush, heapq.heappop
+        general_done = LinkNetwork.on_done
+
+        def on_done(a: int, version: int, now: float) -> None:
+            if a >= 0:  # a per-connection event (general mode)
+                if not self.star:
+                    general_done(self, a, version, now)
+                    if not self.star and c_queue[a] and a in active:
+                        c_head_bytes[a] = c_queue[a][0][1]
+                return
+            hub = -1 - a
+            if version != s_ver[hub] or not self.star:
+                return
+            old_rate = s_rate[hub]
+            v = s_v[hub]
+            dt = now - s_vt[hub]
+            if dt > 0.0:
+                v += old_rate * dt
+                s_v[hub] = v
+            s_vt[hub] = now
+            lheap = s_heap[hub]
+            conn = heappop(lheap)[2]
+            q = c_queue[conn]
+            _, nbytes, token, tag = q.popleft()
+            c_sent[conn] += nbytes
+            if self.on_transfer is not None:
+                self.on_transfer(conn, token, tag, c_start[conn], now)
+            deliver = self.deliver
+            if deliver is not None:
+                deliver(token, tag, now + alpha_s, now)
+            else:
+                heappush(gheap, (now + alpha_s, next(gseq), self.kind_deliver, token, tag))
+            if not self.star:  # a delivery handler that sent on this network switched it
+                return
+            if q and q[0][0] <= now:
+                # Backlogged: the next message starts at once; same count, same rate.
+                nb = q[0][1]
+                c_head_bytes[conn] = nb
+                c_fin[conn] = v + nb
+                c_start[conn] = now
+                heappush(lheap, (v + nb, next(seq2), conn))
+                ver = s_ver[hub] + 1
+                s_ver[hub] = ver
+                left = lheap[0][0] - v
+                if left < 0.0:
+                    left = 0.0
+                heappush(gheap, (now + left / old_rate, next(gseq), kind_done, a, ver))
+                return
+            del active[conn]
+            s_k[hub] -= 1
+            check = self.check
+            if check:
+                self.edge_active[self.c_edge[conn]].remove(conn)
+            self._reschedule(hub, now)
+            if q:
+                self._head_arrived(conn, now)  # schedules its release (in the future)
+            if check and self.star and s_rate[hub] > old_rate and not self._feasible(
+                    [self.c_edge[e[2]] for e in lheap]):
+                self._to_general(now)
+
+        return on_done
+
+    def reallocate(self, now: float) -> None:
+        if self.star:
+            self.dirty = False
+            return
+        super().reallocate(now)
+        if not self.star_possible or not self.active:
+            if self.star_possible and not self.active:
+                self._to_star(now)
+            return
+        k: dict[int, int] = {}
+        for c in self.active:
+            h = self.c_hub[c]
+            k[h] = k.get(h, 0) + 1
+        for c in self.active:
+            h = self.c_hub[c]
+            share = self.cap[h] / k[h]
+            p = self.s_p[h]
+            want = p if p < share else share
+            if abs(self.c_rate[c] - want) > 1e-12 * want:
+                return
+        self._to_star(now)
+
+    def bytes_carried(self, link: int, now: float) -> float:
+        if not self._ready:
+            self._finalize()
+        total = 0.0
+        for c in self.link_conns[link]:
+            total += self.c_sent[c]
+            if c in self.active:
+                if self.star:
+                    h = self.c_hub[c]
+                    v = self.s_v[h] + self.s_rate[h] * max(0.0, now - self.s_vt[h])
+                    total += max(0.0, v - (self.c_fin[c] - self.c_head_bytes[c]))
+                else:
+                    rem = self.c_rem[c] - self.c_rate[c] * max(0.0, now - self.c_t[c])
+                    total += max(0.0, self.c_head_bytes[c] - rem)
+        return total
+
+
+def _hub_edges(capacities_Bps: list[float], pairs: list[tuple[int, int]],
+               shared: set[int] | None) -> list[tuple[int, int]] | None:
+    """(hub, edge) of every connection, or None when the connections do not form stars: a
+    connection needs exactly one hub (given in `shared`, or else the link of its two that other
+    connections also use), and all edges into one hub the same capacity."""
+    uses: dict[int, int] = {}
+    for up, down in pairs:
+        uses[up] = uses.get(up, 0) + 1
+        uses[down] = uses.get(down, 0) + 1
+    edge_cap: dict[int, float] = {}
+    out = []
+    for up, down in pairs:
+        if shared is not None:
+            if (up in shared) == (down in shared):
+                return None
+            hub, edge = (up, down) if up in shared else (down, up)
+        elif uses[up] == 1:
+            edge, hub = up, down
+        elif uses[down] == 1:
+            edge, hub = down, up
+        else:
+            return None
+        cap = capacities_Bps[edge]
+        if edge_cap.setdefault(hub, cap) != cap:
+            return None
+        out.append((hub, edge))
+    return out

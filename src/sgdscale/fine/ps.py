@@ -1,0 +1,465 @@
+"""The parameter-server simulation (sync and async): every worker's step, event by event.
+
+Every worker's step is the DAG of its elementary operations (data + copy, forward per layer,
+backward per layer, one push per gradient message, the server's update, one pull per message);
+the simulator runs that DAG for every worker and iteration on shared resources:
+
+- each worker's compute: one FIFO resource (data, forward layers, backward layers; the servers
+  run the optimizer);
+- NIC links, laid out by the topology (`sgdscale.comm.topology.Topology.ps_links`): with one
+  device per node and dedicated servers every worker and every server shard has a full-duplex
+  NIC, an uplink and a downlink; with several devices per node they share their node's NIC, and
+  colocated shards use their node's NIC, local traffic the intra-node link. Rates come from the
+  topology (a measured network file scales them all). A message from A to B is a flow over
+  A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
+  sends its messages FIFO; concurrent connections share links max-min fairly
+  (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
+- server shards: FIFO resources; applying a message costs its share of the profile's optimizer
+  time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
+- receive before send (gloo's rendezvous): a point-to-point message only flows once its receiver
+  has posted the receive, and that notice travels on the same FIFO connection as the data. A
+  worker posts its pulls when its backward ends, so the notice to shard s sits behind all its
+  pushes to s: a shard's new parameters start towards worker w only after w's last push of the
+  step has reached that shard. (Measured on the emulated cluster: without this rule, sync PS at
+  200 Mbit/s was predicted 30% too fast, because pulls overlapped pushes that in reality block
+  them.) The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
+  only when all its replies of step k have left (the runtime's server waits for its sends before it
+  posts the next receives, `sgdscale.runtime.ps`), so a worker that got its parameters early
+  cannot push step k+1 to that shard while the shard still replies to a slower worker. Without this
+  rule the simulation drifted, over some tens of steps, from serial push and pull phases into a
+  pattern where early workers' pushes overlap late workers' pulls: the predicted step shrank with
+  the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s over 20
+  steps, 4.70 s over 200), a state the runtime's server never allows.
+
+Strategies:
+- ps-sync: a worker pushes each message as soon as backward completes its group; the shard, once
+  it has all N copies, aggregates + updates, then sends the new parameters to all N workers;
+  forward of layer l in the next iteration starts once l's parameters are back. No other barrier.
+- ps-async: no aggregation: the shard applies each worker's message on arrival (FIFO) and sends
+  that worker the fresh parameters; a worker's forward of layer l waits for the messages of its
+  own previous push that hold l's tensors (the pull overlaps with forward, layer by layer).
+(All-reduce has a closed form, `sgdscale.fine.allreduce`; the tests keep an event-driven oracle of
+it.)
+
+Speed (why the loop looks like this): workers are state machines, not one object per operation.
+Forward layers whose parameters are back (or in flight with a known arrival) run in one go; the
+whole backward is one event, its pushes queued ahead of time with their release times; a message
+is handled when its last byte leaves (arrival = that + alpha, the same for all, so order is kept)
+and shards compute their FIFO completion times on arrival, so a message costs about one heap
+event. Link rates are recomputed only when a connection starts or stops moving, and while the
+server NICs are what binds, `sgdscale.fine.hubs.StarNetwork` serves each server NIC as one
+processor-sharing queue with a virtual clock (O(log k) per change instead of O(k)); it gives
+the same answer as the general max-min network (tests check it).
+
+Measurement: `warmup` steps per worker are simulated and discarded, then `iterations` steps are
+reported (one worker step = data + forward + backward, ending when its backward ends); throughput,
+breakdown and utilization are `sgdscale.fine.ps_accounting`'s, the timeline
+`sgdscale.fine.ps_trace`'s.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.comm.topology import Topology
+from sgdscale.fine import check_step_counts
+from sgdscale.fine.dag import PsPlan, ps_plan
+from sgdscale.fine.events import PULL_KINDS, PUSH_KINDS, EventQueue, Kind
+from sgdscale.fine.hubs import StarNetwork
+from sgdscale.fine.links import LinkNetwork
+from sgdscale.fine.ps_accounting import outcome, reference_blocked
+from sgdscale.fine.ps_trace import PsTrace
+from sgdscale.grouping import ready_offsets_s
+from sgdscale.profile import Profile
+from sgdscale.result import Outcome
+from sgdscale.strategy import Strategy
+from sgdscale.variability import ComputeSampler
+
+
+def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
+                iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
+                timeline: bool = False) -> Outcome:
+    """Simulate `warmup + iterations` steps of every worker (see the module docstring)."""
+    check_step_counts(iterations, warmup)
+    if not strategy.uses_servers:
+        raise ValueError(f"simulate_ps runs parameter servers, not '{strategy.kind}'")
+    topology = Topology.of(cluster, comm, strategy)
+    plan = ps_plan(profile, cluster, strategy, topology)
+    sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
+    total = warmup + iterations
+    rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
+    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
+    reference = reference_blocked(profile, cluster, strategy, topology, plan)
+    return outcome(sim, reference, strategy)
+
+
+def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan: PsPlan, sampler: ComputeSampler,
+           rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> PsRun:
+    """Run a parameter-server simulation, with the star shortcut for the server NICs where it holds
+    (`star=False`: the general max-min network throughout, for tests)."""
+    sim = PsRun(profile, cluster, Topology.of(cluster, comm), plan, sampler, rows, sync, warmup, trace=trace,
+                star=star)
+    sim.run()
+    return sim
+
+
+class StepTables:
+    """Per (measured row, worker scale): the numbers one worker-step needs, as Python floats."""
+
+    def __init__(self, sampler: ComputeSampler, plan: PsPlan) -> None:
+        self.sampler = sampler
+        self.offsets = ready_offsets_s(sampler.backward_table_s, plan.ready_layer, plan.ready_fraction)
+        self.cache: dict[tuple[int, float], tuple] = {}
+
+    def get(self, row: int, scale: float) -> tuple:
+        key = (row, scale)
+        tab = self.cache.get(key)
+        if tab is None:
+            s = self.sampler
+            fwd = s.forward_table_s[row] * scale
+            cf = np.concatenate([[0.0], np.cumsum(fwd)]).tolist()
+            pre = float((s.data_table_s[row] + s.h2d_table_s[row]) * scale)
+            bwd = float(s.backward_table_s[row].sum() * scale)
+            rel = (self.offsets[row] * scale).tolist()
+            tab = (pre, cf, bwd, rel, row, scale)
+            self.cache[key] = tab
+        return tab
+
+
+class PsRun:
+    """One simulation's state and event loop; what it leaves behind (step ends, per-step compute and
+    blocked time, snapshots, the networks) is read by `sgdscale.fine.ps_accounting`."""
+
+    def __init__(self, profile: Profile, cluster: Cluster, topology: Topology, plan: PsPlan,
+                 sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int, trace: bool = False,
+                 star: bool = True) -> None:
+        self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
+        self.rows = rows.tolist()
+        self.total = rows.shape[0]
+        self.sync, self.warmup = sync, warmup
+        self.n = cluster.workers
+        self.tables = StepTables(sampler, plan)
+        n, shards = self.n, plan.shards
+        # The topology lays out the links (sgdscale.comm.topology.Topology.ps_links): one device per
+        # node and dedicated servers give push links 0..n-1 worker uplinks, n..n+S-1 server
+        # downlinks; pull links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
+        self.links = links = topology.ps_links(shards)
+        self.q = EventQueue()
+        alpha = topology.alpha_s
+        push_caps, pull_caps = links.push_caps_Bps, links.pull_caps_Bps
+        push_pairs = [links.push_pairs[w][s] for w in range(n) for s in range(shards)]
+        pull_pairs = [links.pull_pairs[s][w] for s in range(shards) for w in range(n)]
+
+        # NICs shared by several devices or colocated servers are not stars: general network.
+        star = star and not links.shared_nics
+
+        def network(caps, pairs, kinds, hubs):
+            if star and StarNetwork.applies(caps, pairs, hubs):
+                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs)
+            else:
+                net = LinkNetwork(self.q, caps, alpha, kinds)
+            conns = [net.add_connection(up, down) for up, down in pairs]
+            return net, conns
+
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push)
+        self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
+        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull)
+        self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
+        self.recorder = PsTrace(self) if trace else None
+        self.snapshots: dict[str, tuple] = {}
+
+    @property
+    def trace(self) -> list | None:
+        return self.recorder.events if self.recorder is not None else None
+
+    # The main loop is one long function on purpose: local variables are much faster in CPython.
+    def run(self) -> None:
+        n, total, warmup, sync = self.n, self.total, self.warmup, self.sync
+        plan = self.plan
+        M = plan.messages
+        L = len(self.profile.layers)
+        need = plan.need
+        msg_bytes, msg_shard, msg_update = plan.bytes, plan.shard, plan.update_s
+        rows = self.rows
+        scale = [float(x) for x in self.sampler.scale]
+        get_tab = self.tables.get
+        push_net, pull_net = self.push_net, self.pull_net
+        push_send, pull_send = push_net.send, pull_net.send
+        push_done, pull_done = push_net.on_done, pull_net.on_done
+        push_conn, pull_conn = self.push_conn, self.pull_conn
+        heap = self.q.heap
+        seq = self.q.seq
+        heappush, heappop = heapq.heappush, heapq.heappop
+        rec = self.recorder
+        trace_workers = rec.workers if rec is not None else set()
+        trace_iters = rec.iterations if rec is not None else set()
+        PUSH_DONE, PUSH_RELEASE = int(Kind.PUSH_DONE), int(Kind.PUSH_RELEASE)
+        PULL_DONE, PULL_RELEASE = int(Kind.PULL_DONE), int(Kind.PULL_RELEASE)
+        STEP_END = int(Kind.STEP_END)
+
+        # Worker state.
+        it = [0] * n  # current iteration
+        nxt = [0] * n  # next forward layer
+        tab = [None] * n
+        waiting = [False] * n
+        wait_since = [0.0] * n
+        blocked = [0.0] * n  # blocked time in the current step
+        have = [[-1] * M for _ in range(n)]  # iteration whose update of message m the worker holds
+        have_t = [[0.0] * M for _ in range(n)]  # when it arrives (may be up to alpha ahead)
+        busy = [0.0] * n  # compute busy time scheduled so far
+        cend = [0.0] * n  # end of the compute scheduled last
+        step_start = [0.0] * n
+        ends: list[list[float]] = [[] for _ in range(n)]
+        step_compute: list[list[float]] = [[] for _ in range(n)]
+        step_blocked: list[list[float]] = [[] for _ in range(n)]
+        # Shards.
+        shards = plan.shards
+        sfree = [0.0] * shards
+        sbusy = [0.0] * shards
+        arrivals = [[0] * M, [0] * M]
+        past_warmup = 0 if warmup > 0 else n
+        finished = 0
+        snapshot = self._snapshot
+        state = (busy, cend, sfree, sbusy)
+        if warmup == 0:
+            self.snapshots["start"] = snapshot(0.0, *state)
+        last_release = [[0.0] * shards for _ in range(n)]
+        # Receive-before-send: per (worker, shard), pushes of the worker's current step that have
+        # arrived, the step whose receive notice has arrived (and when), and pulls held until then.
+        per_shard = [0] * shards
+        for m in range(M):
+            per_shard[msg_shard[m]] += 1
+        pushed = [[0] * shards for _ in range(n)]
+        notice_k = [[-1] * shards for _ in range(n)]
+        notice_t = [[0.0] * shards for _ in range(n)]
+        held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
+        # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
+        # all sent (its receives for the next step are posted then; `posted_t` is when that notice
+        # reaches the workers), the replies of the step after it delivered so far, and pushes held
+        # until the shard posts their receives: (worker, message, release, step).
+        replies_of_step = [n * c for c in per_shard]
+        posted_k = [-1] * shards
+        posted_t = [0.0] * shards
+        replies_done = [0] * shards
+        held_push: list[list[tuple]] = [[] for _ in range(shards)]
+
+        if rec is not None:
+            rec.install_flows()
+
+        def advance(w: int, t: float, extra: float, lnow: float) -> None:
+            """Run worker w's forward from layer nxt[w], starting at its time t (>= the loop's time
+            lnow), as far as the parameters it holds allow; start backward at the end.
+
+            Parameters already handed over may still be in flight (arrival up to alpha ahead):
+            forward then waits for them inside the chunk, which is exact because their arrival
+            times are final."""
+            cf = tab[w][1]
+            k = it[w]
+            j0 = nxt[w]
+            j = j0
+            t0 = t
+            t += extra
+            if k > 0:
+                hv = have[w]
+                ht = have_t[w]
+                kk = k - 1
+                while j < L:
+                    r = 0.0
+                    ok = True
+                    for m in need[j]:
+                        if hv[m] < kk:
+                            ok = False
+                            break
+                        if ht[m] > r:
+                            r = ht[m]
+                    if not ok:
+                        break
+                    if r > t:
+                        blocked[w] += r - t
+                        t = r
+                    t += cf[j + 1] - cf[j]
+                    j += 1
+            else:
+                t += cf[L] - cf[j]
+                j = L
+            comp = extra + cf[j] - cf[j0]
+            nxt[w] = j
+            if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
+                rec.compute(w, k, t0, extra, j0, j)
+            if j == L:
+                _, _, bwd, rel, _, _ = tab[w]
+                t_end = t + bwd
+                busy[w] += comp + bwd
+                cend[w] = t_end
+                lr = last_release[w]
+                pc = push_conn[w]
+                base = w * M
+                for m in range(M):
+                    s = msg_shard[m]
+                    release = t + rel[m]
+                    if release < lr[s]:
+                        release = lr[s]
+                    lr[s] = release
+                    if sync and k > 0:
+                        if posted_k[s] < k - 1:  # shard s still replies step k-1 to someone
+                            held_push[s].append((w, m, release, k))
+                            continue
+                        if release < posted_t[s]:
+                            release = lr[s] = posted_t[s]
+                    push_send(pc[s], msg_bytes[m], release, lnow, base + m, k)
+                heappush(heap, (t_end, next(seq), STEP_END, w, 0))
+            else:
+                busy[w] += comp
+                cend[w] = t
+                waiting[w] = True
+                wait_since[w] = t
+
+        def on_pull(token: int, k: int, arrival: float, lnow: float) -> None:
+            """Fresh parameters of message m (update of iteration k) reach worker w at `arrival`."""
+            w, m = divmod(token, M)
+            have[w][m] = k
+            have_t[w][m] = arrival
+            if sync:
+                s = msg_shard[m]
+                replies_done[s] += 1
+                if replies_done[s] == replies_of_step[s]:  # shard s posts its receives of step k+1
+                    replies_done[s] = 0
+                    posted_k[s] = k
+                    posted_t[s] = arrival
+                    waiting_pushes = held_push[s]
+                    if waiting_pushes:
+                        held_push[s] = []
+                        for w2, m2, release, k2 in waiting_pushes:
+                            if release < arrival:  # (held in release order: FIFO is kept)
+                                release = arrival
+                            if release > last_release[w2][s]:
+                                last_release[w2][s] = release
+                            push_send(push_conn[w2][s], msg_bytes[m2], release, lnow, w2 * M + m2, k2)
+            if waiting[w]:
+                j = nxt[w]
+                if m in need[j]:
+                    kk = it[w] - 1
+                    hv = have[w]
+                    for x in need[j]:
+                        if hv[x] < kk:
+                            return
+                    waiting[w] = False
+                    t = wait_since[w]
+                    if rec is not None and w in trace_workers and it[w] in trace_iters:
+                        rec.wait(w, it[w], t, max(t, max(have_t[w][x] for x in need[j])))
+                    advance(w, t, 0.0, lnow)
+
+        def on_push(token: int, k: int, arrival: float, lnow: float) -> None:
+            """Worker w's gradient message m of iteration k reaches its shard at `arrival`."""
+            w, m = divmod(token, M)
+            s = msg_shard[m]
+            pw = pushed[w]
+            count = pw[s] + 1
+            if count < per_shard[s]:
+                pw[s] = count
+            else:  # w's last push of step k to s: its notice follows
+                pw[s] = 0
+                notice_k[w][s] = k
+                notice_t[w][s] = arrival
+                waiting_pulls = held[w][s]
+                if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
+                    held[w][s] = []
+                    conn = pull_conn[s][w]
+                    for nb, ready, tok, kk in waiting_pulls:
+                        pull_send(conn, nb, ready if ready > arrival else arrival, lnow, tok, kk)
+            if sync:
+                arr = arrivals[k & 1]
+                arr[m] += 1
+                if arr[m] < n:
+                    return
+                arr[m] = 0
+            u = msg_update[m]
+            st = sfree[s]
+            if st < arrival:
+                st = arrival
+            en = st + u
+            sfree[s] = en
+            sbusy[s] += u
+            if rec is not None and k in trace_iters:
+                rec.update(s, m, k, st, u, None if sync else w)
+            nb = msg_bytes[m]
+            pcs = pull_conn[s]
+            if sync:
+                for w2 in range(n):  # a pull leaves once w2's receive notice of step k is in
+                    if notice_k[w2][s] == k:
+                        nt = notice_t[w2][s]
+                        pull_send(pcs[w2], nb, en if en > nt else nt, lnow, w2 * M + m, k)
+                    else:
+                        held[w2][s].append((nb, en, w2 * M + m, k))
+            elif notice_k[w][s] == k:
+                nt = notice_t[w][s]
+                pull_send(pcs[w], nb, en if en > nt else nt, lnow, token, k)
+            else:
+                held[w][s].append((nb, en, token, k))
+
+        push_net.deliver = on_push
+        pull_net.deliver = on_pull
+
+        def start_step(w: int, k: int, now: float) -> None:
+            it[w] = k
+            nxt[w] = 0
+            tab[w] = get_tab(rows[k][w], scale[w])
+            step_start[w] = now
+            blocked[w] = 0.0
+            advance(w, now, tab[w][0], now)
+
+        for w in range(n):
+            start_step(w, 0, 0.0)
+
+        now = 0.0
+        while True:
+            if push_net.dirty or pull_net.dirty:
+                if not heap or heap[0][0] > now:
+                    if push_net.dirty:
+                        push_net.reallocate(now)
+                    if pull_net.dirty:
+                        pull_net.reallocate(now)
+            if not heap:
+                break
+            now, _, kind, a, b = heappop(heap)
+            if kind == PUSH_DONE:
+                push_done(a, b, now)
+            elif kind == PULL_DONE:
+                pull_done(a, b, now)
+            elif kind == PUSH_RELEASE:
+                push_net.on_release(a, now)
+            elif kind == PULL_RELEASE:
+                pull_net.on_release(a, now)
+            elif kind == STEP_END:
+                w = a
+                k = it[w]
+                ends[w].append(now)
+                if k >= warmup:
+                    t = tab[w]
+                    step_compute[w].append(t[0] + t[1][L] + t[2])
+                    step_blocked[w].append(blocked[w])
+                if k + 1 == warmup:
+                    past_warmup += 1
+                    if past_warmup == n:
+                        self.snapshots["start"] = snapshot(now, *state)
+                if k + 1 < total:
+                    start_step(w, k + 1, now)
+                else:
+                    finished += 1
+                    if finished == 1:
+                        self.snapshots["first_done"] = snapshot(now, *state)
+        self.end_s = now
+        self.snapshots["end"] = snapshot(now, *state)
+        self.ends, self.step_compute, self.step_blocked = ends, step_compute, step_blocked
+
+    def _snapshot(self, now: float, busy, cend, sfree, sbusy) -> tuple:
+        """Busy compute per worker and per shard and bytes per link up to `now` (for utilization)."""
+        compute = [b - max(0.0, e - now) for b, e in zip(busy, cend)]
+        shard = [b - max(0.0, f - now) for b, f in zip(sbusy, sfree)]
+        push = [self.push_net.bytes_carried(i, now) for i in range(len(self.push_net.cap))]
+        pull = [self.pull_net.bytes_carried(i, now) for i in range(len(self.pull_net.cap))]
+        return now, compute, shard, push, pull

@@ -1,0 +1,85 @@
+"""The timeline of a parameter-server simulation: a few workers' first measured steps as intervals.
+
+`sgdscale.fine.ps.PsRun` calls the recorder where something starts (compute chunks, waits for
+parameters, server updates) and hands it the networks' transfers; the events become a Chrome trace
+(`sgdscale.report.trace`). Only the first `TIMELINE_WORKERS` workers and `TIMELINE_ITERATIONS`
+measured iterations are kept, at most `TIMELINE_MAX_EVENTS` events, so a 1,024-worker run stays small.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sgdscale.result import TraceEvent
+
+if TYPE_CHECKING:
+    from sgdscale.fine.ps import PsRun
+
+TIMELINE_ITERATIONS = 3
+TIMELINE_WORKERS = 3
+TIMELINE_MAX_EVENTS = 20000
+
+
+class PsTrace:
+    """Events of one run; `workers` and `iterations` are the ones recorded."""
+
+    def __init__(self, run: PsRun) -> None:
+        self.run = run
+        self.events: list[TraceEvent] = []
+        self.workers = set(range(min(run.n, TIMELINE_WORKERS)))
+        self.iterations = set(range(run.warmup, min(run.total, run.warmup + TIMELINE_ITERATIONS)))
+        self.layer_names = [layer.name for layer in run.profile.layers]
+
+    def _room(self) -> bool:
+        return len(self.events) < TIMELINE_MAX_EVENTS
+
+    def compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int) -> None:
+        """Worker w ran data (`extra` s), forward layers j0..j-1 and, if j is the last, backward."""
+        if not self._room():
+            return
+        run = self.run
+        _, cf, _, _, row, scale = run.tables.get(run.rows[k][w], float(run.sampler.scale[w]))
+        names = self.layer_names
+        proc, args = f"worker {w}", {"iteration": k}
+        t = now
+        if extra > 0:
+            self.events.append(TraceEvent("data", t, extra, proc, "compute", args))
+            t += extra
+        for layer in range(j0, j):
+            d = cf[layer + 1] - cf[layer]
+            self.events.append(TraceEvent(f"forward {names[layer]}", t, d, proc, "compute", args))
+            t += d
+        if j == len(names):
+            tb = run.sampler.backward_table_s[row] * scale
+            for layer in range(len(names) - 1, -1, -1):
+                self.events.append(TraceEvent(f"backward {names[layer]}", t, float(tb[layer]), proc, "compute", args))
+                t += float(tb[layer])
+
+    def wait(self, w: int, k: int, since: float, now: float) -> None:
+        if self._room() and now > since:
+            self.events.append(TraceEvent("wait for parameters", since, now - since, f"worker {w}", "compute",
+                                          {"iteration": k}))
+
+    def update(self, s: int, m: int, k: int, start: float, dur: float, w: int | None) -> None:
+        if self._room() and dur > 0:
+            args = {"iteration": k, "message": m, "bytes": self.run.plan.bytes[m]}
+            if w is not None:
+                args["worker"] = w
+            self.events.append(TraceEvent(f"update msg {m}", start, dur, f"server {s}", "update", args))
+
+    def install_flows(self) -> None:
+        """Record the recorded workers' pushes and pulls as the networks finish them."""
+        plan = self.run.plan
+        M = plan.messages
+        workers, iterations = self.workers, self.iterations
+
+        def recorder(direction: str, thread: str):
+            def on_transfer(conn: int, token: int, tag: int, start: float, end: float) -> None:
+                w, m = divmod(token, M)
+                if w in workers and tag in iterations and self._room():
+                    self.events.append(TraceEvent(f"{direction} msg {m}", start, end - start, f"worker {w}", thread,
+                                                  {"iteration": tag, "bytes": plan.bytes[m], "shard": plan.shard[m]}))
+            return on_transfer
+
+        self.run.push_net.on_transfer = recorder("push", "nic up")
+        self.run.pull_net.on_transfer = recorder("pull", "nic down")
