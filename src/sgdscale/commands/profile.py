@@ -4,6 +4,7 @@ profile layer by layer. torch is imported only inside `profile`, so `show` works
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
