@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import platform
 import resource
@@ -29,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fuzz_cases import OUTCOMES, base_profile, make_case, run_case  # noqa: E402
 
-from sgdscale.jsonio import write_json_atomic  # noqa: E402
+from sgdscale.jsonio import atomic_output  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,7 +80,10 @@ def main() -> None:
                    + shlex.join(sys.argv[1:]),
         "slowest": sorted(rows, key=lambda r: -r["seconds"])[:5],
     }
-    write_json_atomic(f"{args.out}.json", {"summary": summary, "cases": rows})
+    columns = ["case", "kind", "outcome", "seconds", "message"]
+    with atomic_output(f"{args.out}.json") as tmp:  # one case per line: 10,000 lines, not 70,000
+        tmp.write_text(f'{{"summary": {json.dumps(summary, indent=1)},\n "columns": {json.dumps(columns)},\n "cases": [\n'
+                       + ",\n".join(json.dumps([r[c] for c in columns]) for r in rows) + "\n]}\n")
     lines = [f"# Bad input, fuzzed ({len(rows):,} cases, seed {args.seed}; code: {args.code})", "",
              f"Command: `{summary['command']}`; {wall_s:.0f} s in all, per case median "
              f"{summary['case_seconds']['median'] * 1e3:.0f} ms, p99 {summary['case_seconds']['p99'] * 1e3:.0f} ms, "
