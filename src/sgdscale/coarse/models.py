@@ -130,6 +130,8 @@ class _ServerCosts:
         self.alpha = topology.alpha_s if self.total_bytes > 0 else 0.0
         self.gamma = topology.gamma_s_per_byte
         self.update_s = profile.step.optimizer_s * self.fraction  # one shard's share of one update
+        # what moving a worker's bytes in and out costs the shard's CPU budget (async: once each way)
+        self.server_cpu_s = 2.0 * self.bytes * self.topology.nic.server_cpu_s_per_byte
 
     def async_nic_demands(self) -> tuple[np.ndarray, float]:
         """(per shard: seconds of its NIC per worker visit, one direction; a worker's mean own-NIC
@@ -251,7 +253,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     names, demands, kinds = [], [], []
     for s in range(costs.shards):
         for name, demand, kind in ((words.server_nic_in(s), nic[s], "push"),
-                                   (words.server_update(s), costs.update_s[s], "update"),
+                                   (words.server_update(s), costs.update_s[s] + costs.server_cpu_s[s], "update"),
                                    (words.server_nic_out(s), nic[s], "pull")):
             names.append(name)
             demands.append(float(demand))

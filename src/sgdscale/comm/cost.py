@@ -40,6 +40,9 @@ class CommModel:
     measured_curves: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = field(default_factory=dict)
     network: Network | None = field(default=None, compare=False)  # the file it came from, if any
     interference: Interference | None = None
+    # Wall seconds of a parameter server's CPU budget per byte it receives or sends: the measured CPU
+    # cost of point-to-point transport over the cores it was measured at (0: moving bytes is free).
+    server_cpu_s_per_byte: float = 0.0
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -55,8 +58,10 @@ class CommModel:
                             if p.op == "allreduce" and p.workers == workers)
             if len(points) >= 2:
                 curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
+        cpu = network.cpu
+        server_cpu = cpu.p2p_s_per_byte / cpu.cores if cpu is not None and cpu.p2p_s_per_byte and cpu.cores else 0.0
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
-                   Interference.from_network(network))
+                   Interference.from_network(network), server_cpu)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""
