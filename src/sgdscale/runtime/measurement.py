@@ -19,15 +19,14 @@ is the usual N*B/step; for async it avoids counting the tail where a faster work
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sgdscale.errors import UserError
+from sgdscale.inputs import describe
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.placement import PLACEMENTS
 from sgdscale.strategy import GROUPINGS as ALL_GROUPINGS
@@ -201,16 +200,6 @@ def window_throughput(workers: list[WorkerRecord], batch_size: int) -> float:
     return samples / (hi - lo)
 
 
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors()[:8]:
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  {where}: {item['msg']}")
-    if len(error.errors()) > 8:
-        lines.append(f"  ... and {len(error.errors()) - 8} more")
-    return "\n".join(lines)
-
-
 def measurement_from_json(data: Any, source: str = "measurement") -> Measurement:
     """Validate parsed JSON as a Measurement; errors name the field and the problem."""
     if not isinstance(data, dict) or data.get("schema") != MEASUREMENT_SCHEMA:
@@ -222,21 +211,14 @@ def measurement_from_json(data: Any, source: str = "measurement") -> Measurement
     try:
         return Measurement.model_validate(data)
     except ValidationError as error:
-        raise UserError(f"{source}: invalid measurement:\n{_describe(error)}") from None
+        raise UserError(describe(error, f"{source}: invalid measurement",
+                                 "run it again with `sgdscale train ... -o FILE`")) from None
 
 
 def load_measurement(path: str | os.PathLike[str]) -> Measurement:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"measurement file {path} does not exist") from None
-    except OSError as error:
-        raise UserError(f"cannot read measurement {path}: {error.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+    from sgdscale.jsonio import read_json_file
+
+    data = read_json_file(path, what="measurement file", missing=f"measurement file {path} does not exist")
     return measurement_from_json(data, str(path))
 
 
