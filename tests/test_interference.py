@@ -198,7 +198,7 @@ def test_predict_cli_uses_interference_and_cpu_budget(tmp_path, capsys):
     assert throughput("--no-interference", "--cpu-per-node", "0.001") < without  # typical CPU cost binds
     assert "testbed's typical figure" in capsys.readouterr().out
     assert main(["predict", "resnet50", "--cpu-per-node", "0"]) == 2
-    assert "--cpu-per-node must be positive" in capsys.readouterr().err
+    assert "--cpu-per-node 0: too small" in capsys.readouterr().err
 
 
 @pytest.mark.dist

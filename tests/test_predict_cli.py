@@ -74,7 +74,7 @@ def test_heterogeneous_options(capsys):
     (["resnet50", "--method", "exact"], "unknown method"),
     (["resnet50", "--bucket-mb", "0"], "bucket"),
     (["resnet50", "--iterations", "0"], "iterations"),
-    (["resnet50", "--ps", "0", "--strategy", "ps-sync"], "at least 1"),
+    (["resnet50", "--ps", "0", "--strategy", "ps-sync"], "--ps 0: too small"),
     (["resnet50", "--strategy", "ps-sync", "--ps", "1000", "--workers", "4"], "PS count larger than the tensors"),
     (["resnet50", "--compute-scale", "1,1,2", "--workers", "1-8"], "not a range"),
     (["resnet50", "--compute-scale", "1,x"], "compute-scale"),

@@ -234,7 +234,7 @@ def _valid_profile_dict() -> dict:
         (json.dumps({**_valid_profile_dict(), "schema": "sgdscale.profile/9"}), "unsupported schema"),
         (json.dumps({**_valid_profile_dict(), "layers": []}), "layers"),
         (json.dumps({**_valid_profile_dict(), "layers": [{"name": "fc", "forward_s": -1.0, "backward_s": 0.0}]}),
-         "greater than or equal to 0"),
+         "forward_s = -1: too small"),
         (json.dumps({**_valid_profile_dict(), "batch_size": 0}), "batch_size"),
     ],
 )

@@ -67,11 +67,11 @@ def test_preset_and_cluster_file(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, message", [
-    ({"schema": "sgdscale.cluster/1", "nic": {"bandwidth": "fast"}}, "nic.bandwidth: cannot read bandwidth 'fast'"),
-    ({"schema": "sgdscale.cluster/1", "gpus_per_node": 0}, "gpus_per_node: Input should be greater than or equal to 1"),
+    ({"schema": "sgdscale.cluster/1", "nic": {"bandwidth": "fast"}}, "nic.bandwidth = fast: cannot read bandwidth 'fast'"),
+    ({"schema": "sgdscale.cluster/1", "gpus_per_node": 0}, "gpus_per_node = 0: too small"),
     ({"schema": "sgdscale.cluster/1", "nodes": 2, "slow_nics": [{"node": 5, "bandwidth": "1Gbit"}]}, "names node 5"),
     ({"schema": "sgdscale.cluster/2"}, "unsupported schema"),
-    ({"schema": "sgdscale.cluster/1", "nic": {"bandwidth": "1Gbit", "speed": 3}}, "nic.speed: Extra inputs"),
+    ({"schema": "sgdscale.cluster/1", "nic": {"bandwidth": "1Gbit", "speed": 3}}, "nic.speed = 3: Extra inputs"),
 ])
 def test_bad_cluster_files_are_one_line(tmp_path, capsys, content, message):
     spec = tmp_path / "c.json"
@@ -83,7 +83,7 @@ def test_bad_cluster_files_are_one_line(tmp_path, capsys, content, message):
 
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "2", "--workers", "4"], "not both"),
-    (["--gpus-per-node", "0"], "--gpus-per-node must be at least 1"),
+    (["--gpus-per-node", "0"], "--gpus-per-node 0: too small"),
     (["--allreduce", "ring2"], "unknown all-reduce scheme"),
     (["--ps-placement", "shared"], "unknown server placement"),
     (["--strategy", "ps-sync", "--ps-placement", "colocated", "--ps", "2", "--workers", "4"], "one per node"),

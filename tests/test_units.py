@@ -16,13 +16,14 @@ from sgdscale.units import (
 
 @pytest.mark.parametrize("text, bps", [
     ("10Gbit", 10e9), ("10Gbps", 10e9), ("200Mbit", 200e6), ("1.25GB/s", 10e9), ("100MiB/s", 100 * 2**20 * 8),
-    ("1e9", 1e9), ("10G", 10e9), (5e6, 5e6),
+    ("1e9bit", 1e9), ("10G", 10e9), (5e6, 5e6),
 ])
 def test_bandwidth(text, bps):
     assert parse_bandwidth_bps(text) == pytest.approx(bps)
 
 
-@pytest.mark.parametrize("text", ["-10Gbit", "0Mbit", "fast", "10Qbit"])
+# A bare "10" is 10 bit/s to a program and 10 Gbit/s to most readers: text needs a unit.
+@pytest.mark.parametrize("text", ["-10Gbit", "0Mbit", "fast", "10Qbit", "10", "1e9"])
 def test_bad_bandwidth(text):
     with pytest.raises(UserError):
         parse_bandwidth_bps(text)

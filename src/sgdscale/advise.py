@@ -33,6 +33,7 @@ from typing import Any
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
+from sgdscale import inputs
 from sgdscale.errors import UserError
 from sgdscale.predict import run_method
 from sgdscale.profile import Profile
@@ -644,9 +645,7 @@ def parse_throughput(text: str) -> float:
     if not match:
         raise UserError(f"cannot read --target-throughput '{text}'; give samples per second, e.g. 2000/s or 2k/s")
     value = float(match.group(1)) * {"": 1, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}[match.group(2)]
-    if not value > 0:
-        raise UserError(f"--target-throughput must be positive, got '{text}' (e.g. 2000/s)")
-    return value
+    return inputs.check(value, "--target-throughput", inputs.SAMPLES_PER_S, "e.g. 2000/s", shown=text)
 
 
 def parse_list(text: str | None, what: str, cast=float, example: str = "") -> list | None:

@@ -51,6 +51,7 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
     message (options named as on the command line).
     """
     from sgdscale.commands.predict import resolve_cluster
+    from sgdscale.inputs import check_predict_options
     from sgdscale.predict import predict as run
     from sgdscale.profile import load_profile
     from sgdscale.strategy import MIB, Strategy
@@ -59,10 +60,8 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
     if methods is None:
         raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
     # the CLI's checks, in its words (an option is named as on the command line)
-    if not bucket_mb > 0:
-        raise UserError(f"--bucket-mb must be positive, got {bucket_mb:g} (DDP's default is 25)")
-    if ps < 1:
-        raise UserError(f"--ps must be at least 1, got {ps}")
+    check_predict_options(bucket_mb=bucket_mb, ps_count=ps, strategy=strategy, iterations=iterations, warmup=warmup,
+                          seed=seed)
     if compute_scale is not None and not isinstance(compute_scale, str):
         compute_scale = ",".join(repr(float(s)) for s in compute_scale)
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,

@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
         return 130
+    except click.UsageError as error:  # a bad or missing option: one line too, and where to look
+        command = error.ctx.command_path if error.ctx is not None else "sgdscale"
+        click.echo(f"error: {error.format_message().rstrip('.')} (see `{command} --help`)", err=True)
+        return error.exit_code
     except click.ClickException as error:
         error.show()
         return error.exit_code

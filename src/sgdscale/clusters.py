@@ -21,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sgdscale.errors import UserError
+from sgdscale.inputs import LATENCY_S, ComputeScale, GpusPerNode, NodeIndex, ServerCount, WorkerCount
 from sgdscale.jsonio import read_document
 from sgdscale.units import parse_bandwidth_bps, parse_time_s
 
@@ -46,7 +47,7 @@ class LinkSpec(BaseModel):
     @classmethod
     def _latency(cls, value: float | str) -> float:
         try:
-            return parse_time_s(value, "latency")
+            return parse_time_s(value, "latency", LATENCY_S)
         except UserError as error:
             raise ValueError(str(error)) from None
 
@@ -61,7 +62,7 @@ class LinkSpec(BaseModel):
 
 class ServerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    count: int = Field(default=1, ge=1)
+    count: ServerCount = 1
     bandwidth: float | str | None = None
 
     @field_validator("bandwidth")
@@ -77,13 +78,13 @@ class ServerSpec(BaseModel):
 
 class SlowNode(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    node: int = Field(ge=0)
-    compute_scale: float = Field(gt=0)
+    node: NodeIndex
+    compute_scale: ComputeScale
 
 
 class SlowNic(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    node: int = Field(ge=0)
+    node: NodeIndex
     bandwidth: float | str
 
     @field_validator("bandwidth")
@@ -103,8 +104,8 @@ class ClusterSpec(BaseModel):
     schema_: Literal["sgdscale.cluster/1"] = Field(default=CLUSTER_SCHEMA, alias="schema")
     name: str = ""
     source: str = ""
-    nodes: int | None = Field(default=None, ge=1)
-    gpus_per_node: int = Field(default=1, ge=1)
+    nodes: WorkerCount | None = None
+    gpus_per_node: GpusPerNode = 1
     intra: LinkSpec = LinkSpec(bandwidth=128e9, latency=5e-6)
     nic: LinkSpec = LinkSpec(bandwidth=10e9, latency=20e-6)
     servers: ServerSpec = ServerSpec()
@@ -151,4 +152,5 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
         return PRESETS[name_or_path]
     return read_document(name_or_path, CLUSTER_SCHEMA, ClusterSpec, what="cluster file",
                          missing=f"--cluster {name_or_path}: no such file or preset; presets: "
-                                 f"{', '.join(PRESETS)} (docs/clusters.md)")
+                                 f"{', '.join(PRESETS)} (docs/clusters.md)",
+                       fix="fix that value (the format: docs/clusters.md)")

@@ -18,7 +18,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile
-from sgdscale.result import Outcome, Prediction, Result
+from sgdscale.result import Outcome, Prediction, Result, TimelineSpec
 from sgdscale.strategy import Strategy
 
 METHODS = ("fine", "coarse")
@@ -28,7 +28,7 @@ Progress = Callable[[int, int, str], None]  # (done, total, what is running next
 
 def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
-               timeline: bool = False) -> Outcome:
+               timeline: bool | TimelineSpec = False) -> Outcome:
     """One method's outcome for one cluster size; `comm` is the NIC's cost model (nominal or
     measured), from which the topology of `cluster` answers every cost."""
     comm = Topology.of(cluster, comm, strategy)
@@ -45,8 +45,10 @@ def run_method(method: str, profile: Profile, cluster: Cluster, strategy: Strate
 
 
 def check_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, worker_counts: Sequence[int],
-                 methods: Sequence[str], iterations: int, warmup: int) -> None:
+                 methods: Sequence[str], iterations: int, warmup: int, seed: int = 0) -> None:
     """Every user mistake `predict` can meet, as one UserError each, before any work starts."""
+    from sgdscale import inputs
+
     if not profile.layers:
         raise UserError("the profile has no layers; profile a model with `sgdscale profile MODEL -o FILE`")
     if not worker_counts:
@@ -54,6 +56,7 @@ def check_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, worker_
     for count in worker_counts:
         if not isinstance(count, int) or count < 1:
             raise UserError(f"worker counts must be whole numbers >= 1, got {count}")
+        inputs.check(count, "worker count", inputs.WORKERS, "predict at most 1,000,000 workers")
     if not methods:
         raise UserError("give at least one method: fine, coarse or both")
     for method in methods:
@@ -63,6 +66,8 @@ def check_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, worker_
         raise UserError(f"iterations must be at least 1, got {iterations}")
     if warmup < 0:
         raise UserError(f"warm-up iterations must not be negative, got {warmup}")
+    inputs.check_run_options(iterations=iterations, warmup=warmup, seed=seed)
+    inputs.check_work(strategy.kind, methods, worker_counts, iterations + warmup, len(profile.tensors))
     if cluster.compute_scale or cluster.slow_links:
         if list(worker_counts) != [cluster.workers]:
             raise UserError(
@@ -163,7 +168,7 @@ def predict(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     """
     worker_counts = sorted(set(worker_counts))
     methods = list(dict.fromkeys(methods))
-    check_inputs(profile, cluster, strategy, worker_counts, methods, iterations, warmup)
+    check_inputs(profile, cluster, strategy, worker_counts, methods, iterations, warmup, seed)
     options = dict(iterations=iterations, warmup=warmup, seed=seed, variability=variability)
     total = len(methods) * (len(worker_counts) + (0 if 1 in worker_counts and cluster.homogeneous else 1))
     done = 0

@@ -6,7 +6,6 @@ torch): every predictor reads only this. See docs/design.md, "Data formats".
 
 from __future__ import annotations
 
-import json
 import os
 from functools import cached_property
 from importlib import resources
@@ -16,7 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sgdscale.errors import UserError
-from sgdscale.jsonio import write_json_atomic
+from sgdscale.inputs import BYTES, BatchSize, ByteCount, ElementCount, Seconds, WorkCount, describe
+from sgdscale.jsonio import parse_json_text, read_json_file, write_json_atomic
 
 PROFILE_SCHEMA = "sgdscale.profile/1"
 
@@ -29,10 +29,10 @@ class ParamTensor(_Strict):
     """One parameter tensor; its gradient is what gets communicated."""
 
     name: str
-    numel: int = Field(ge=0)
-    bytes: int = Field(ge=0)
-    grad_ready_s: float | None = Field(
-        default=None, ge=0, description="time from backward start until this gradient is ready"
+    numel: ElementCount
+    bytes: ByteCount
+    grad_ready_s: Seconds | None = Field(
+        default=None, description="time from backward start until this gradient is ready"
     )
 
 
@@ -40,46 +40,38 @@ class Layer(_Strict):
     """One layer (a leaf module holding parameters, or a parameter-free block), in forward order."""
 
     name: str
-    forward_s: float = Field(ge=0)
-    backward_s: float = Field(ge=0)
+    forward_s: Seconds
+    backward_s: Seconds
     params: list[ParamTensor] = Field(default_factory=list)
-    forward_samples_s: list[float] | None = None
-    backward_samples_s: list[float] | None = None
+    forward_samples_s: list[Seconds] | None = Field(default=None, min_length=1)
+    backward_samples_s: list[Seconds] | None = Field(default=None, min_length=1)
     # Counted work (optional; older profiles lack them and still load): floating-point
     # operations (matmul/conv/attention, as torch.utils.flop_counter counts them) and bytes of
     # memory traffic (every operator's tensor inputs read + outputs written), charged to layers
     # exactly like the times are. They let `calibrate.retarget` move a profile between devices.
-    forward_flops: float | None = Field(default=None, ge=0)
-    backward_flops: float | None = Field(default=None, ge=0)
-    forward_bytes: float | None = Field(default=None, ge=0)
-    backward_bytes: float | None = Field(default=None, ge=0)
-
-    @model_validator(mode="after")
-    def _samples_non_negative(self) -> Layer:
-        for field in ("forward_samples_s", "backward_samples_s"):
-            samples = getattr(self, field)
-            if samples is not None and any(s < 0 for s in samples):
-                raise ValueError(f"{field} holds a negative time")
-        return self
+    forward_flops: WorkCount | None = None
+    backward_flops: WorkCount | None = None
+    forward_bytes: WorkCount | None = None
+    backward_bytes: WorkCount | None = None
 
 
 class StepTimes(_Strict):
     """Per-step times outside forward and backward (0 where not applicable)."""
 
-    data_s: float = Field(default=0.0, ge=0)
-    h2d_s: float = Field(default=0.0, ge=0)
-    optimizer_s: float = Field(default=0.0, ge=0)
-    optimizer_flops: float | None = Field(default=None, ge=0)
-    optimizer_bytes: float | None = Field(default=None, ge=0)
+    data_s: Seconds = 0.0
+    h2d_s: Seconds = 0.0
+    optimizer_s: Seconds = 0.0
+    optimizer_flops: WorkCount | None = None
+    optimizer_bytes: WorkCount | None = None
 
 
 class IterationStats(_Strict):
     """Whole-step wall time measured without per-layer instrumentation."""
 
-    mean: float = Field(gt=0)
-    p50: float = Field(gt=0)
-    p95: float = Field(gt=0)
-    samples: list[float] = Field(default_factory=list)
+    mean: Seconds = Field(gt=0)
+    p50: Seconds = Field(gt=0)
+    p95: Seconds = Field(gt=0)
+    samples: list[Seconds] = Field(default_factory=list)
 
 
 class Framework(_Strict):
@@ -92,7 +84,7 @@ class Profile(_Strict):
 
     schema_: Literal["sgdscale.profile/1"] = Field(default=PROFILE_SCHEMA, alias="schema")
     model: str
-    batch_size: int = Field(gt=0, description="samples per worker per step")
+    batch_size: BatchSize = Field(description="samples per worker per step")
     device: str = ""
     framework: Framework = Framework(name="unknown", version="")
     measured_iterations: int = Field(default=0, ge=0)
@@ -112,6 +104,13 @@ class Profile(_Strict):
                 if tensor.name in seen:
                     raise ValueError(f"parameter tensor '{tensor.name}' appears twice")
                 seen.add(tensor.name)
+        # Not through the cached properties: a model_copy would carry their values over.
+        step = self.step.data_s + self.step.h2d_s + self.step.optimizer_s
+        if not step + sum(layer.forward_s + layer.backward_s for layer in self.layers) > 0:
+            raise ValueError("every time in the profile is 0, but a training step takes time")
+        gradient_bytes = sum(t.bytes for layer in self.layers for t in layer.params)
+        if gradient_bytes > BYTES.high:
+            raise ValueError(f"the gradients add up to {gradient_bytes:.3g} bytes (allowed: {BYTES.text()})")
         return self
 
     # Derived quantities (cached: profiles are immutable and predictors read them often).
@@ -153,15 +152,7 @@ class Profile(_Strict):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors()[:8]:
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  {where}: {item['msg']}")
-    more = len(error.errors()) - 8
-    if more > 0:
-        lines.append(f"  ... and {more} more")
-    return "\n".join(lines)
+PROFILE_FIX = "fix that value, or re-profile with `sgdscale profile MODEL -o FILE`"
 
 
 def profile_from_json(data: Any, source: str = "profile") -> Profile:
@@ -177,7 +168,7 @@ def profile_from_json(data: Any, source: str = "profile") -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as error:
-        raise UserError(f"{source}: invalid profile:\n{_describe(error)}") from None
+        raise UserError(describe(error, f"{source}: invalid profile", PROFILE_FIX)) from None
 
 
 def builtin_profile_names() -> list[str]:
@@ -188,28 +179,20 @@ def builtin_profile_names() -> list[str]:
 def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
     """Load a profile file, or a built-in profile by name (e.g. 'resnet50')."""
     path = Path(name_or_path)
-    if path.is_file():
-        source, text = str(path), None
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise UserError(f"cannot read profile {path}: {error.strerror}") from None
-    else:
-        name = str(name_or_path)
-        if name not in builtin_profile_names():
-            if path.suffix == ".json" or os.sep in name:
-                raise UserError(f"profile file {path} does not exist")
-            raise UserError(
-                f"no profile file or built-in profile named '{name}'; built-in profiles: "
-                + ", ".join(builtin_profile_names())
-            )
-        source = f"built-in profile '{name}'"
-        text = (resources.files("sgdscale") / "data" / "profiles" / f"{name}.json").read_text()
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{source}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
-    return profile_from_json(data, source)
+    if path.exists():
+        data = read_json_file(path, what="profile file", missing=f"profile file {path} does not exist")
+        return profile_from_json(data, str(path))
+    name = str(name_or_path)
+    if name not in builtin_profile_names():
+        if path.suffix == ".json" or os.sep in name:
+            raise UserError(f"profile file {path} does not exist")
+        raise UserError(
+            f"no profile file or built-in profile named '{name}'; built-in profiles: "
+            + ", ".join(builtin_profile_names())
+        )
+    source = f"built-in profile '{name}'"
+    text = (resources.files("sgdscale") / "data" / "profiles" / f"{name}.json").read_bytes()
+    return profile_from_json(parse_json_text(text, source, "profile"), source)
 
 
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> None:

@@ -29,6 +29,25 @@ class Breakdown:
 
 
 @dataclass(frozen=True)
+class TimelineSpec:
+    """What part of a fine simulation to keep as a timeline. `timeline=True` keeps the default (a
+    few steady-state iterations of a few workers: enough to look at, small to write); a side-by-side
+    comparison with a real run (report/timeline.py) asks for every worker and as many iterations as
+    were measured."""
+
+    iterations: int = 3
+    all_workers: bool = False
+    max_events: int | None = None  # None: the simulator's own cap
+
+
+def timeline_spec(timeline: bool | TimelineSpec) -> TimelineSpec | None:
+    """None for no timeline, the default spec for True, else the spec given."""
+    if isinstance(timeline, TimelineSpec):
+        return timeline
+    return TimelineSpec() if timeline else None
+
+
+@dataclass(frozen=True)
 class TraceEvent:
     """One interval of a predicted timeline (Chrome trace 'X' event, in seconds)."""
 

@@ -31,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sgdscale import inputs
 from sgdscale.errors import UserError
 
 SPEC_KEYS = {
@@ -74,23 +75,33 @@ COLUMNS = (
 
 def load_spec(path: str) -> dict[str, Any]:
     """A grid from a small YAML or JSON file: the keys of `SPEC_KEYS`, each a value or a list."""
+    from sgdscale.jsonio import parse_json_text, read_json_file
+
     file = Path(path)
+    missing = f"--spec {path}: no such file"
+    if file.suffix not in (".yaml", ".yml"):
+        data = read_json_file(file, what="grid spec", missing=missing)
+        text = None
+    else:
+        if file.is_dir():
+            raise UserError(f"--spec {path} is a directory, not a grid spec; give the file itself")
+        try:
+            text = file.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            raise UserError(missing) from None
+        except UnicodeDecodeError as error:
+            raise UserError(f"{path}: not UTF-8 text (offset {error.start}); is it a grid spec?") from None
+        except OSError as error:
+            raise UserError(f"cannot read --spec {path}: {error.strerror or error}") from None
     try:
-        text = file.read_text()
-    except FileNotFoundError:
-        raise UserError(f"--spec {path}: no such file") from None
-    try:
-        if file.suffix in (".yaml", ".yml"):
+        if text is not None:
             try:
                 import yaml
             except ImportError:
                 raise UserError("YAML specs need PyYAML (pip install 'sgdscale[sweep]'); or write the spec as JSON") \
                     from None
             data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON (line {error.lineno}: {error.msg})") from None
+            parse_json_text(json.dumps(data, default=str), str(path), "grid spec")  # the same depth bound
     except UserError:
         raise
     except Exception as error:  # yaml.YAMLError; yaml imported lazily
@@ -120,9 +131,16 @@ def normalize(spec: dict[str, Any]) -> dict[str, Any]:
                 raise UserError(f"grid dimension '{key}' is empty; give at least one value")
         elif key == "workers" and isinstance(value, (list, tuple)):
             value = ",".join(str(v) for v in value)
+        for item in value if kind == "list" else [value]:
+            if isinstance(item, (dict, list)):
+                raise UserError(f"grid key '{key}': {inputs.show(item)} is not a single value (a text or a number); "
+                                "write e.g. bandwidth: [1Gbit, 10Gbit]")
         out[key] = value
     if out["profile"] is None:
         raise UserError("the sweep needs a profile (a file or built-in name such as resnet50)")
+    if not isinstance(out["profile"], str):
+        raise UserError(f"grid key 'profile': {inputs.show(out['profile'])} is not a file or built-in name "
+                        "(e.g. profile: resnet50)")
     return out
 
 
@@ -141,14 +159,19 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
             raise UserError(f"unknown grouping '{value}' in the grid; choose from {', '.join(GROUPINGS)}")
     try:
         s["bucket_mb"] = [float(v) for v in s["bucket_mb"]]
-        s["ps"] = [int(v) for v in s["ps"]]
-        s["gpus_per_node"] = [int(v) for v in s["gpus_per_node"]]
-    except (TypeError, ValueError):
-        raise UserError("bucket_mb must be numbers (MiB), ps and gpus_per_node whole numbers") from None
-    if any(not b > 0 for b in s["bucket_mb"]):
-        raise UserError("bucket sizes must be positive MiB (e.g. --bucket-mb 5,25)")
-    if any(p < 1 for p in s["ps"]) or any(g < 1 for g in s["gpus_per_node"]):
-        raise UserError("server counts (--ps) and devices per node (--gpus-per-node) must be at least 1")
+        s["ps"] = [_whole(v) for v in s["ps"]]
+        s["gpus_per_node"] = [_whole(v) for v in s["gpus_per_node"]]
+        for key in ("iterations", "warmup", "seed"):
+            s[key] = _whole(s[key])
+    except (TypeError, ValueError, OverflowError):
+        raise UserError("bucket_mb must be numbers (MiB); ps, gpus_per_node, iterations, warmup and seed whole "
+                        "numbers") from None
+    for value in s["bucket_mb"]:
+        inputs.check(value, "--bucket-mb", inputs.BUCKET_MIB, "e.g. --bucket-mb 5,25")
+    for value in s["ps"]:
+        inputs.check(value, "--ps", inputs.SERVERS, "e.g. --ps 1,4")
+    for value in s["gpus_per_node"]:
+        inputs.check(value, "--gpus-per-node", inputs.GPUS_PER_NODE, "e.g. --gpus-per-node 1,8")
     seen: dict[str, dict[str, Any]] = {}
     for gpus, bw, lat, kind, grouping, bucket, ps, placement, scheme, method in itertools.product(
             s["gpus_per_node"], s["bandwidth"], s["latency"], s["strategy"], s["grouping"], s["bucket_mb"], s["ps"],
@@ -157,7 +180,9 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
         grouping = grouping or default_grouping
         servers = kind.startswith("ps")
         task = {
-            "profile": s["profile"], "gpus_per_node": gpus, "bandwidth": str(bw), "latency": str(lat),
+            "profile": s["profile"], "gpus_per_node": gpus, "latency": str(lat),
+            # a number in a spec file is bit/s, as in cluster files; text needs its unit
+            "bandwidth": f"{bw!r}bit" if isinstance(bw, (int, float)) and not isinstance(bw, bool) else str(bw),
             "intra_bandwidth": s["intra_bandwidth"], "intra_latency": s["intra_latency"],
             "strategy": kind, "grouping": grouping, "bucket_mb": bucket if grouping == "buckets" else None,
             "ps": (ps if placement == "dedicated" else 1) if servers else None,
@@ -170,6 +195,13 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
         task["key"] = task_key(task)
         seen.setdefault(task["key"], task)
     return list(seen.values())
+
+
+def _whole(value: Any) -> int:
+    """A whole number from a spec (int, integral float or digits); ValueError otherwise."""
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(value)
+    return int(value)
 
 
 def _workers_text(s: dict[str, Any], gpus: int) -> str:
@@ -217,7 +249,8 @@ def _inputs(task: dict[str, Any]):
     profile = _profile(task["profile"])
     from sgdscale.predict import check_inputs
 
-    check_inputs(profile, cluster, strategy, counts, [task["method"]], task["iterations"], task["warmup"])
+    check_inputs(profile, cluster, strategy, counts, [task["method"]], task["iterations"], task["warmup"],
+                 task["seed"])
     return profile, counts, cluster, comm, strategy
 
 

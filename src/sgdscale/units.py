@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from sgdscale import inputs
 from sgdscale.errors import UserError
 
 _SI = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "g": 1e9, "G": 1e9, "t": 1e12, "T": 1e12}
@@ -25,12 +26,17 @@ def _split(text: str, what: str, example: str, zero_ok: bool = False) -> tuple[f
     return float(match.group(1)), match.group(2)
 
 
-def parse_bandwidth_bps(text: str | float) -> float:
-    """'10Gbit', '10Gbps', '200Mbit', '1.25GB/s', '100MiB/s' or a number of bit/s -> bit/s."""
-    if isinstance(text, (int, float)):
-        value, unit = float(text), ""
-    else:
-        value, unit = _split(text, "bandwidth", "10Gbit, 200Mbit, 1.25GB/s")
+def parse_bandwidth_bps(text: str | float, what: str = "bandwidth") -> float:
+    """'10Gbit', '10Gbps', '200Mbit', '1.25GB/s', '100MiB/s' or a number (from a file) of bit/s -> bit/s.
+
+    Text needs a unit: a bare '10' is 10 bit/s to a program and 10 Gbit/s to most readers."""
+    example = "10Gbit, 200Mbit, 1.25GB/s"
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return inputs.check(float(text), what, inputs.BANDWIDTH_BPS, f"give bit/s, e.g. {example}")
+    value, unit = _split(text, what, example)
+    if not unit:
+        raise UserError(f"{what} '{text}' has no unit; write {text.strip()}Gbit, {text.strip()}Mbit or "
+                        f"{text.strip()}bit (bit/s), or bytes as {text.strip()}GB/s")
     unit = unit.removesuffix("/s")
     for suffix, bits_per_unit in (("bit", 1.0), ("bps", 1.0), ("Bps", 8.0), ("B", 8.0), ("b", 1.0), ("", 1.0)):
         if unit.endswith(suffix):
@@ -38,30 +44,25 @@ def parse_bandwidth_bps(text: str | float) -> float:
             break
     scale = _BINARY.get(stem) or _SI.get(stem)
     if scale is None:
-        raise UserError(f"unknown bandwidth unit '{unit}' in '{text}' (use e.g. 10Gbit, 200Mbit, 1.25GB/s)")
-    bps = value * scale * bits_per_unit
-    if bps <= 0:
-        raise UserError(f"bandwidth must be positive, got '{text}'")
-    return bps
+        raise UserError(f"unknown {what} unit '{unit}' in '{text}' (use e.g. {example})")
+    return inputs.check(value * scale * bits_per_unit, what, inputs.BANDWIDTH_BPS, f"e.g. {example}", shown=text)
 
 
-def parse_time_s(text: str | float, what: str = "time") -> float:
-    """'20us', '1.5ms', '2s', '0' or a number of seconds -> seconds (>= 0)."""
-    if isinstance(text, (int, float)):
+def parse_time_s(text: str | float, what: str = "time", allowed: inputs.Range = inputs.SECONDS) -> float:
+    """'20us', '1.5ms', '2s', '0' or a number of seconds -> seconds, within `allowed`."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         value, unit = float(text), "s"
     else:
         value, unit = _split(text, what, "20us, 1.5ms, 0", zero_ok=True)
     scale = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}.get(unit)
     if scale is None:
         raise UserError(f"unknown {what} unit '{unit}' in '{text}' (use s, ms, us or ns, e.g. 20us)")
-    if value < 0:
-        raise UserError(f"{what} must not be negative, got '{text}'")
-    return value * scale
+    return inputs.check(value * scale, what, allowed, "e.g. 20us, 1.5ms or 0", shown=str(text))
 
 
 def parse_size_bytes(text: str | float, what: str = "size") -> float:
     """'25MB', '1MiB', '512kB', '4096' -> bytes."""
-    if isinstance(text, (int, float)):
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
         value, unit = float(text), "B"
     else:
         value, unit = _split(text, what, "25MB, 1MiB")
@@ -69,7 +70,8 @@ def parse_size_bytes(text: str | float, what: str = "size") -> float:
     scale = _BINARY.get(stem) or _SI.get(stem)
     if scale is None:
         raise UserError(f"unknown {what} unit '{unit}' in '{text}' (use e.g. 25MB, 1MiB, 4096)")
-    return value * scale
+    return inputs.check(value * scale, what, inputs.Range(0, inputs.BYTES.high, "bytes"), "e.g. 25MB or 1MiB",
+                        shown=str(text))
 
 
 def parse_rate_per_s(text: str | float, what: str = "throughput") -> float:
@@ -85,18 +87,19 @@ def parse_rate_per_s(text: str | float, what: str = "throughput") -> float:
                 raise UserError(f"{what} must be positive, got '{text}' (e.g. 253/s)")
             raise UserError(f"cannot read {what} '{text}' (e.g. 253/s, 1.2k/s, 253 samples/s)")
         value, unit = float(match.group(1)), match.group(2)
-    rate = value * _SI[unit]
-    if rate <= 0:
-        raise UserError(f"{what} must be positive, got '{text}' (e.g. 253/s)")
-    return rate
+    return inputs.check(value * _SI[unit], what, inputs.Range(0, 1e15, "/s", low_open=True), "e.g. 253/s",
+                        shown=str(text))
 
 
 def parse_workers(text: str) -> list[int]:
-    """'1,2,4', '1-64', '1-64:x2' (doubling) or '8' -> sorted unique worker counts (each >= 1)."""
+    """'1,2,4', '1-64', '1-64:x2' (doubling) or '8' -> sorted unique worker counts (each >= 1),
+    within the bounds of `sgdscale.inputs` (checked before a range is built)."""
     counts: set[int] = set()
+    if not str(text).strip():
+        raise UserError("no worker counts given; write e.g. --workers 8, 1,2,4 or 1-64:x2")
     for part in str(text).split(","):
         part = part.strip()
-        match = re.fullmatch(r"(-?\d+)(?:-(\d+)(?::x(\d+))?)?", part)
+        match = re.fullmatch(r"(-?\d{1,40})(?:-(\d{1,40})(?::x(\d{1,40}))?)?", part)
         if not match:
             raise UserError(f"cannot read worker counts '{text}' (use e.g. 8, 1,2,4 or 1-64 or 1-64:x2)")
         low = int(match.group(1))
@@ -105,6 +108,8 @@ def parse_workers(text: str) -> list[int]:
             raise UserError(f"worker counts must be at least 1, got '{part}'")
         if high < low:
             raise UserError(f"worker range '{part}' runs backwards; write it as {high}-{low}")
+        inputs.check(high, "worker count", inputs.WORKERS, "the fine simulation keeps state per worker; "
+                     "predict at most 1,000,000 workers", shown=part)
         if match.group(3):
             factor = int(match.group(3))
             if factor < 2:
@@ -114,7 +119,13 @@ def parse_workers(text: str) -> list[int]:
                 counts.add(n)
                 n *= factor
         else:
+            if high - low >= inputs.WORKER_COUNTS:
+                raise UserError(f"worker range '{part}' holds {high - low + 1:,} counts, each a whole prediction "
+                                f"(allowed: up to {inputs.WORKER_COUNTS:,}); step it, e.g. {low}-{high}:x2")
             counts.update(range(low, high + 1))
+        if len(counts) > inputs.WORKER_COUNTS:
+            raise UserError(f"'{text}' holds more than {inputs.WORKER_COUNTS:,} worker counts, each a whole "
+                            "prediction; step the ranges, e.g. 1-1024:x2")
     return sorted(counts)
 
 

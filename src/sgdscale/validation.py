@@ -25,6 +25,10 @@ the other cases (a slow spell of the machine then hits different cases, not one 
 A case is scored by the median of its runs' predictions against the median of its measurements,
 and keeps its band (min, median, max): an error inside the band cannot be told from noise.
 
+With `trace_dir`, every run is traced (`sgdscale train --trace`) and its measured timeline is
+written next to the fine prediction from the measured network (report/timeline.py), one
+`TRACE_DIR/<case>[-rN].trace.json` per run; `--repredict` rewrites them from the kept measurements.
+
 Each finished run is saved to `results.json` at once, so an interrupted grid resumes where it
 stopped. Every node gets the same CPU quota (`cpu_per_node_cores`), so one profile per model and
 round serves every cluster size. Nodes are pinned to cores (`pin_cpus`; see runtime/testbed.py) and
@@ -167,8 +171,9 @@ class Validator:
     """Runs a grid case by case with caching and resume; see the module docstring."""
 
     def __init__(self, grid: Grid, out_dir: Path, *, log: Callable[[str], None] = print,
-                 predict_iterations: int = 200) -> None:
+                 predict_iterations: int = 200, trace_dir: Path | None = None) -> None:
         self.grid = grid
+        self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.out_dir = Path(out_dir)
         self.log = log
         self.predict_iterations = predict_iterations
@@ -247,19 +252,10 @@ class Validator:
         the nominal bandwidth and default latency ("fine-nominal", "coarse-nominal"), as a user
         without a network benchmark would predict."""
         from sgdscale.cluster import Cluster
-        from sgdscale.comm import CommModel, load_network
+        from sgdscale.comm import CommModel
         from sgdscale.predict import predict
-        from sgdscale.profile import load_profile
-        from sgdscale.strategy import Strategy
 
-        profile = load_profile(self.ensure_profile(case.spec, round_index))
-        network = load_network(self.ensure_network(case.bandwidth_bps))
-        comm = CommModel.from_network(network)
-        if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
-            comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
-        cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
-        strategy = Strategy(kind=case.strategy)
-        variability = case.spec.kind != "replay"  # a replay spends the profiled means
+        profile, cluster, strategy, comm, variability = self.case_inputs(case, round_index)
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
                              iterations=self.predict_iterations, variability=variability)
         results = {r.method: r for r in prediction.results if r.workers == case.workers}
@@ -270,13 +266,45 @@ class Validator:
         results.update({f"{r.method}-nominal": r for r in nominal.results if r.workers == case.workers})
         return results
 
+    def case_inputs(self, case: Case, round_index: int = 0) -> tuple[Any, Any, Any, Any, bool]:
+        """(profile, cluster, strategy, comm, variability) of the prediction from the measured network."""
+        from sgdscale.cluster import Cluster
+        from sgdscale.comm import CommModel, load_network
+        from sgdscale.profile import load_profile
+        from sgdscale.strategy import Strategy
+
+        profile = load_profile(self.ensure_profile(case.spec, round_index))
+        network = load_network(self.ensure_network(case.bandwidth_bps))
+        comm = CommModel.from_network(network)
+        if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
+            comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
+        cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
+        variability = case.spec.kind != "replay"  # a replay spends the profiled means
+        return profile, cluster, Strategy(kind=case.strategy), comm, variability
+
+    def trace_path(self, case: Case, round_index: int = 0) -> Path:
+        suffix = f"-r{round_index}" if round_index else ""
+        return self.trace_dir / f"{case.key}{suffix}.trace.json"
+
+    def write_trace(self, case: Case, round_index: int, measurement: Any) -> None:
+        """The run's measured timeline beside the fine prediction from the measured network."""
+        from sgdscale.report.timeline import predicted_events, write_side_by_side
+
+        profile, cluster, strategy, comm, variability = self.case_inputs(case, round_index)
+        predicted = predicted_events(profile, cluster, strategy, comm, measurement.config.iterations,
+                                     variability=variability)
+        write_side_by_side(measurement, predicted, self.trace_path(case, round_index), prediction={
+            "method": "fine", "profile": str(self.profile_path(case.spec, round_index)),
+            "network": str(self.network_path(case.bandwidth_bps)), "variability": variability})
+
     def measure_case(self, case: Case) -> Any:
         from sgdscale.runtime.testbed import Testbed
         from sgdscale.runtime.train import TrainConfig, replay_config, run_training
 
         common = dict(workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
                       iterations=self.grid.iterations, warmup=self.grid.warmup,
-                      bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores)
+                      bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
+                      trace=self.trace_dir is not None)
         if case.spec.kind == "replay":
             config = replay_config(str(self.profile_path(case.spec)), case.spec.replay_compute, **common)
             config.model = case.spec.name
@@ -302,6 +330,8 @@ class Validator:
         started = time.time()
         measurement = self.measure_case(case)
         save_measurement(measurement, self.measurement_path(case, round_index))
+        if self.trace_dir is not None:
+            self.write_trace(case, round_index, measurement)
         run = {
             "round": round_index,
             "measured_throughput": measurement.throughput,
@@ -372,6 +402,8 @@ class Validator:
                 if case.key in index_of:
                     runs = [self.predict_run(case, run) for run in runs_of(self.rows[index_of[case.key]])]
                     self.rows[index_of[case.key]] = self.case_row(case, runs)
+                    if self.trace_dir is not None:
+                        self.retrace(case, runs)
             self.save()
         total = len(cases) * self.grid.repeats
         for round_index in range(self.grid.repeats):
@@ -392,6 +424,16 @@ class Validator:
                 if on_row is not None:
                     on_row(row)
         return self.rows
+
+
+    def retrace(self, case: Case, runs: list[dict[str, Any]]) -> None:
+        """Rewrite the traces of kept runs (untraced runs give their phases only)."""
+        from sgdscale.runtime.measurement import load_measurement
+
+        for run in runs:
+            path = self.measurement_path(case, run.get("round", 0))
+            if path.exists():
+                self.write_trace(case, run.get("round", 0), load_measurement(path))
 
 
 def runs_of(row: dict[str, Any]) -> list[dict[str, Any]]:

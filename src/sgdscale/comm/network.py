@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sgdscale.errors import UserError
+from sgdscale.inputs import (BANDWIDTH_BPS, LATENCY_S, SECONDS_PER_BYTE, ByteCount, Cores, CpuSecondsPerByte,
+                             NonNegative, Positive, Seconds, Slowdown, WorkerCount, show, worker_key)
 from sgdscale.jsonio import read_document
 
 NETWORK_SCHEMA = "sgdscale.network/1"
@@ -23,11 +25,12 @@ class AlphaBeta(BaseModel):
     """t(M) = alpha_s + beta_s_per_byte * M for a message of M bytes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    alpha_s: float = Field(ge=0)
-    beta_s_per_byte: float = Field(gt=0)
+    alpha_s: NonNegative
+    beta_s_per_byte: Positive
 
     def time_s(self, nbytes: float) -> float:
         return self.alpha_s + self.beta_s_per_byte * nbytes
+
 
 
 class BenchPoint(BaseModel):
@@ -35,11 +38,11 @@ class BenchPoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     op: Literal["p2p", "allreduce", "incast"]
-    workers: int = Field(ge=2)
-    bytes: int = Field(ge=0)
-    samples_s: list[float] = Field(min_length=1)
-    median_s: float = Field(ge=0)
-    cpu_s: list[float] | None = None  # CPU time (user + system) of the busiest measured rank per repeat
+    workers: WorkerCount = Field(ge=2)
+    bytes: ByteCount
+    samples_s: list[Seconds] = Field(min_length=1)
+    median_s: Seconds
+    cpu_s: list[Seconds] | None = None  # CPU time (user + system) of the busiest measured rank per repeat
 
 
 class InterferenceFit(BaseModel):
@@ -51,14 +54,14 @@ class InterferenceFit(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    compute_slowdown: float = Field(ge=1)
-    comm_slowdown: float = Field(ge=1)
-    workers: int = Field(ge=2)
-    bytes: int = Field(gt=0)
-    compute_alone_s: list[float] = Field(default_factory=list)
-    compute_overlap_s: list[float] = Field(default_factory=list)
-    comm_alone_s: list[float] = Field(default_factory=list)
-    comm_overlap_s: list[float] = Field(default_factory=list)
+    compute_slowdown: Slowdown
+    comm_slowdown: Slowdown
+    workers: WorkerCount = Field(ge=2)
+    bytes: ByteCount = Field(gt=0)
+    compute_alone_s: list[Seconds] = Field(default_factory=list)
+    compute_overlap_s: list[Seconds] = Field(default_factory=list)
+    comm_alone_s: list[Seconds] = Field(default_factory=list)
+    comm_overlap_s: list[Seconds] = Field(default_factory=list)
 
 
 class CpuCost(BaseModel):
@@ -68,9 +71,9 @@ class CpuCost(BaseModel):
     sent or received point to point. `cores`: the node's CPU budget while measured (None: unshaped)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    allreduce_s_per_byte: float | None = Field(default=None, gt=0)
-    p2p_s_per_byte: float | None = Field(default=None, gt=0)
-    cores: float | None = Field(default=None, gt=0)
+    allreduce_s_per_byte: CpuSecondsPerByte | None = None
+    p2p_s_per_byte: CpuSecondsPerByte | None = None
+    cores: Cores | None = None
 
 
 class Network(BaseModel):
@@ -98,8 +101,42 @@ class Network(BaseModel):
     interference: InterferenceFit | None = None
     cpu: CpuCost | None = None
 
+    @field_validator("allreduce", "incast")
+    @classmethod
+    def _worker_keys(cls, fits: dict[str, AlphaBeta]) -> dict[str, AlphaBeta]:
+        for key, fit in fits.items():
+            worker_key(key)
+            _measurable(fit, f"{key}.")
+        return fits
+
+    @field_validator("p2p")
+    @classmethod
+    def _p2p(cls, fit: AlphaBeta) -> AlphaBeta:
+        return _measurable(fit)
+
+    @field_validator("environment")
+    @classmethod
+    def _nominal_rate(cls, environment: dict[str, Any]) -> dict[str, Any]:
+        """The one environment entry the predictor reads: the nominal link rate it was measured at."""
+        if environment.get("bandwidth_bps") is not None:
+            problem = BANDWIDTH_BPS.problem(environment["bandwidth_bps"])
+            if problem is not None:
+                raise ValueError(f"bandwidth_bps = {environment['bandwidth_bps']!r}: {problem} "
+                                 f"(allowed: {BANDWIDTH_BPS.text()})")
+        return environment
+
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+
+def _measurable(fit: AlphaBeta, where: str = "") -> AlphaBeta:
+    """A fit a real link can have (sgdscale.inputs); costs the program derives (a tree of slow
+    links) may exceed these bounds, so they are checked on files, not on every AlphaBeta."""
+    for name, allowed in (("alpha_s", LATENCY_S), ("beta_s_per_byte", SECONDS_PER_BYTE)):
+        problem = allowed.problem(getattr(fit, name))
+        if problem is not None:
+            raise ValueError(f"{where}{name} = {show(getattr(fit, name))}: {problem} (allowed: {allowed.text()})")
+    return fit
 
 
 def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.ndarray) -> AlphaBeta:
@@ -127,4 +164,5 @@ def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.n
 
 def load_network(path: str | Path) -> Network:
     return read_document(path, NETWORK_SCHEMA, Network, what="network file",
-                         missing=f"network file {path} does not exist (make one with `sgdscale netbench -o {path}`)")
+                         missing=f"network file {path} does not exist (make one with `sgdscale netbench -o {path}`)",
+                         fix="fix that value, or measure the network again with `sgdscale netbench -o FILE`")

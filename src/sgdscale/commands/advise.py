@@ -11,7 +11,9 @@ import copy
 import click
 
 from sgdscale.commands.predict import predict_command, resolve_cluster
+from sgdscale import inputs
 from sgdscale.errors import UserError
+from sgdscale.jsonio import all_or_nothing
 
 DEFAULT_ADVISE_WORKERS = "1-1024:x2"
 # predict's options that describe the cluster and the simulation; the rest are what advise searches.
@@ -57,6 +59,7 @@ def shared_options(default_workers: str) -> list[click.Parameter]:
 @click.option("--confirm-top", type=int, default=3, show_default=True, help="How many --confirm re-predicts.")
 @click.option("--top", type=int, default=3, show_default=True, help="Configurations shown per worker count.")
 @click.option("--json", "json_path", default=None, metavar="FILE", help="Write the advice (sgdscale.advice/1).")
+@all_or_nothing()
 def advise_command(profile: str, target_efficiency: float | None, target_throughput: str | None,
                    price_per_node_hour: float | None, best_bucket: bool, strategies: str, groupings: str | None,
                    bucket_sizes: str | None, ps_counts: str, method: str, confirm: str | None, confirm_top: int,
@@ -97,6 +100,8 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
         raise UserError(f"unknown --method '{method}'; choose coarse or fine")
     iterations, warmup = cluster_options.pop("iterations"), cluster_options.pop("warmup")
     seed, no_variability = cluster_options.pop("seed"), cluster_options.pop("no_variability")
+    inputs.check_run_options(iterations=iterations, warmup=warmup, seed=seed)
+    inputs.check_outputs({"--json": json_path})
     if cluster_options["workers"] is None and cluster_options["nodes"] is None:
         from sgdscale.clusters import load_cluster
 
@@ -108,6 +113,9 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
         raise UserError("--target-throughput searches the NIC bandwidth, which --cpu-per-node caps; drop one of them")
     counts, cluster, comm, notes = resolve_cluster(ps_count=1, interference=not no_interference, **cluster_options)
     loaded = load_profile(profile)
+    if method == "fine":  # each kind's cheapest configuration alone must fit the fine method's bound
+        for kind in kinds:
+            inputs.check_work(kind, ["fine"], counts, iterations + warmup, len(loaded.tensors))
     with console.status("searching", spinner="dots") if console.is_terminal else _nothing():
         advice = advise(loaded, cluster, comm, counts, method=method, confirm=confirm, confirm_top=confirm_top,
                         top=top, target_efficiency=target_efficiency, target_throughput=throughput,

@@ -7,8 +7,10 @@ import os
 import click
 
 from sgdscale.cluster import one_cluster_size
+from sgdscale import inputs
 from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
 from sgdscale.errors import UserError
+from sgdscale.jsonio import all_or_nothing
 from sgdscale.report.progress import DelayedProgress
 
 DEFAULT_WORKERS = "1,2,4,8,16,32,64"
@@ -19,8 +21,8 @@ def _parse_scales(text: str) -> tuple[float, ...]:
         scales = tuple(float(part) for part in text.split(","))
     except ValueError:
         raise UserError(f"cannot read --compute-scale '{text}'; give one factor per worker, e.g. 1,1,1,2") from None
-    if any(not s > 0 for s in scales):
-        raise UserError("--compute-scale factors must be positive (1 = as profiled, 2 = twice as slow)")
+    for scale in scales:
+        inputs.check(scale, "--compute-scale factor", inputs.SCALE, "1 = as profiled, 2 = twice as slow")
     return scales
 
 
@@ -30,7 +32,7 @@ def _parse_slow_link(text: str) -> tuple[int, float]:
     worker, sep, bandwidth = text.partition(":")
     if not sep or not worker.strip().isdigit():
         raise UserError(f"cannot read --slow-link '{text}'; use WORKER:BANDWIDTH, e.g. 3:1Gbit")
-    return int(worker), parse_bandwidth_bps(bandwidth)
+    return int(worker), parse_bandwidth_bps(bandwidth, "--slow-link bandwidth")
 
 
 def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[tuple[int, float], ...]) -> list[int]:
@@ -38,7 +40,7 @@ def _worker_counts(workers: str | None, scales: tuple[float, ...], links: tuple[
     from sgdscale.units import parse_workers
 
     if not scales and not links:
-        return parse_workers(workers or DEFAULT_WORKERS)
+        return parse_workers(DEFAULT_WORKERS if workers is None else workers)
     what = "--compute-scale" if scales else "--slow-link"
     if workers is None:
         if not scales:
@@ -87,8 +89,7 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
 
     spec = load_cluster(cluster_file) if cluster_file else None
     gpus = gpus_per_node if gpus_per_node is not None else (spec.gpus_per_node if spec else 1)
-    if gpus < 1:
-        raise UserError(f"--gpus-per-node must be at least 1, got {gpus}")
+    inputs.check(gpus, "--gpus-per-node", inputs.GPUS_PER_NODE, "e.g. --gpus-per-node 8")
     if nodes is not None and workers is not None:
         raise UserError("give --workers (total devices) or --nodes, not both")
     if nodes is None and workers is None and spec is not None and spec.nodes is not None:
@@ -100,8 +101,8 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
     if spec is not None and (spec.slow_nodes or spec.slow_nics):
         scales, links = _spec_overrides(spec, workers, gpus, scales, links)
     counts = _worker_counts(workers, scales, links)
-    if cpu_per_node is not None and not cpu_per_node > 0:
-        raise UserError(f"--cpu-per-node must be positive, got {cpu_per_node:g} (e.g. --cpu-per-node 0.45)")
+    if cpu_per_node is not None:
+        inputs.check(cpu_per_node, "--cpu-per-node", inputs.CORES, "e.g. --cpu-per-node 0.45")
     network = None
     nic_bps = spec.nic.bandwidth_bps if spec else 10e9
     nic_latency_s = spec.nic.latency_s if spec else 20e-6
@@ -109,12 +110,17 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
         # The measured network is the NIC: its fits cost every message; --bandwidth, if given, is
         # the nominal rate that slow-NIC overrides are relative to (sgdscale.comm.topology).
         network = load_network(network_file)
+        if bandwidth and not (links or ps_bandwidth):
+            raise UserError("--bandwidth is not used with --network: the measured network costs every message "
+                            "(--bandwidth only sets the nominal rate --slow-link and --ps-bandwidth are relative "
+                            "to); drop --bandwidth, or drop --network to predict at a nominal rate")
         comm = CommModel.from_network(network, algorithm)
-        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else 8.0 / network.p2p.beta_s_per_byte
-        latency_s = parse_time_s(latency, "latency") if latency else network.p2p.alpha_s
+        bandwidth_bps = (parse_bandwidth_bps(bandwidth, "--bandwidth") if bandwidth
+                         else 8.0 / network.p2p.beta_s_per_byte)
+        latency_s = parse_time_s(latency, "--latency", inputs.LATENCY_S) if latency else network.p2p.alpha_s
     else:
-        bandwidth_bps = parse_bandwidth_bps(bandwidth) if bandwidth else nic_bps
-        latency_s = parse_time_s(latency, "latency") if latency else nic_latency_s
+        bandwidth_bps = parse_bandwidth_bps(bandwidth, "--bandwidth") if bandwidth else nic_bps
+        latency_s = parse_time_s(latency, "--latency", inputs.LATENCY_S) if latency else nic_latency_s
         comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
     from sgdscale.comm.interference import node_model
 
@@ -122,14 +128,14 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
     comm, notes = node_model(comm, network=network, link_bps=float(link_bps or bandwidth_bps),
                              cpu_cores=cpu_per_node, interference=interference)
     if ps_bandwidth:
-        ps_bps = parse_bandwidth_bps(ps_bandwidth)
+        ps_bps = parse_bandwidth_bps(ps_bandwidth, "--ps-bandwidth")
     else:
         ps_bps = spec.servers.bandwidth if spec else None
     if spec is not None and ps_count == 1:
         ps_count = spec.servers.count
-    intra_bps = parse_bandwidth_bps(intra_bandwidth) if intra_bandwidth else (
+    intra_bps = parse_bandwidth_bps(intra_bandwidth, "--intra-bandwidth") if intra_bandwidth else (
         spec.intra.bandwidth_bps if spec else 128e9)
-    intra_s = parse_time_s(intra_latency, "intra-node latency") if intra_latency else (
+    intra_s = parse_time_s(intra_latency, "--intra-latency", inputs.LATENCY_S) if intra_latency else (
         spec.intra.latency_s if spec else 5e-6)
     cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
                       links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s)
@@ -192,6 +198,7 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
                    "labelled with what limits it.")
 @click.option("--trace", "trace_path", default=None, metavar="FILE.json",
               help="Predicted timeline (Chrome trace; open in ui.perfetto.dev) for the largest worker count.")
+@all_or_nothing()  # --json, --plot and --trace all appear, or none does
 def predict_command(profile: str, workers: str | None, strategy: str, nodes: str | None, gpus_per_node: int | None,
                     intra_bandwidth: str | None, intra_latency: str | None, cluster_file: str | None,
                     bandwidth: str | None, latency: str | None,
@@ -230,10 +237,11 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     methods = {"fine": ["fine"], "coarse": ["coarse"], "both": ["fine", "coarse"]}.get(method)
     if methods is None:
         raise UserError(f"unknown method '{method}'; choose fine, coarse or both")
-    if not bucket_mb > 0:
-        raise UserError(f"--bucket-mb must be positive, got {bucket_mb:g} (DDP's default is 25)")
-    if ps_count < 1:
-        raise UserError(f"--ps must be at least 1, got {ps_count}")
+    inputs.check_predict_options(bucket_mb=bucket_mb, ps_count=ps_count, strategy=strategy, iterations=iterations,
+                                 warmup=warmup, seed=seed)
+    inputs.check_outputs({"--json": json_path, "--plot": plot_path, "--trace": trace_path})
+    if trace_path and "fine" not in methods:
+        raise UserError("--trace draws the fine method's simulated timeline; add --method fine (or both)")
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
                     placement=placement, allreduce=allreduce_scheme, ps_placement=ps_placement)
 

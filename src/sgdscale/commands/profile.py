@@ -113,13 +113,9 @@ def show(profile: str | None, list_builtin: bool, output: Path | None, **calibra
 
 def _check_output(path: Path) -> None:
     """Fail before minutes of profiling, not after, when the output cannot be written."""
-    if path.is_dir():
-        raise UserError(f"output {path} is a directory; give a file name, e.g. -o {path / 'profile.json'}")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK):
-        raise UserError(f"cannot write {path}: {parent} is not a writable directory")
+    from sgdscale.inputs import check_output_path
+
+    check_output_path(path, "-o")
 
 
 @click.command("profile")

@@ -96,9 +96,21 @@ For PS strategies the world size is workers + ps (ranks >= workers are the shard
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the measurement JSON here.")
 @click.option("--write-config", type=click.Path(dir_okay=False), default=None,
               help="Only write the rank config (for torchrun on a real cluster) and exit.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
+              help="Write the measured timeline (Chrome trace, open in ui.perfetto.dev): every worker's phases "
+                   "per iteration, its all-reduces or pushes and waits, the servers' updates.")
+@click.option("--trace-compare", "compare_path", type=click.Path(dir_okay=False), default=None, metavar="FILE.json",
+              help="Write the measured and the predicted (fine) timeline of this run side by side, per worker, "
+                   "both from iteration 0 at time 0.")
+@click.option("--trace-profile", default=None, metavar="PROFILE",
+              help="--trace-compare: the profile to predict from [default with --replay: the replayed one].")
+@click.option("--trace-network", default=None, metavar="FILE",
+              help="--trace-compare: the measured network (sgdscale netbench) to predict with [default with "
+                   "--emulate: the nominal --bandwidth].")
 def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb, batch_size, iterations,
           warmup, image_size, seq_len, model_options, lr, threads, timeout, port, emulate, bandwidth, cpu_quota,
-          replay, replay_compute, pin_cpus, output, write_config) -> None:
+          replay, replay_compute, pin_cpus, output, write_config, trace_path, compare_path, trace_profile,
+          trace_network) -> None:
     """Train MODEL with real data-parallel SGD and measure every iteration of every worker (the
     ground truth for `sgdscale predict`): on local processes, or with --emulate on an emulated
     cluster with one shaped network namespace and CPU quota per node.
@@ -135,6 +147,11 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         from sgdscale.models import default_batch
 
         config = validate(TrainConfig(model=model, batch_size=batch_size or default_batch(model), **options))
+    if (trace_profile or trace_network) and not compare_path:
+        raise UserError("--trace-profile/--trace-network say how to predict for --trace-compare FILE: add it")
+    config.trace = bool(trace_path or compare_path)
+    compare = (compare_inputs(model if replay else None, trace_profile, trace_network,
+                              parse_bandwidth_bps(bandwidth) if emulate else None) if compare_path else None)
     timeout_s = parse_time_s(timeout, "timeout")
     if timeout_s <= 0:
         raise UserError("--timeout must be positive, e.g. 300s")
@@ -182,6 +199,61 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         # Written last, so a Ctrl-C while the table prints leaves no file beside exit status 130.
         save_measurement(measurement, output)
         out.print(f"measurement written to {output}")
+    if trace_path:
+        from sgdscale.report.timeline import write_measured_trace
+
+        write_measured_trace(measurement, trace_path)
+        out.print(f"measured timeline written to {trace_path} (open it in ui.perfetto.dev)")
+    if compare_path:
+        write_comparison(measurement, compare, compare_path)
+        out.print(f"measured and predicted timelines written side by side to {compare_path}")
+
+
+def compare_inputs(replayed: str | None, profile_arg: str | None, network_arg: str | None,
+                   emulated_bps: float | None) -> dict:
+    """What `--trace-compare` predicts from, loaded before the run so a bad file costs no run."""
+    from sgdscale.comm import load_network
+    from sgdscale.profile import load_profile
+
+    source = profile_arg or replayed
+    if source is None:
+        raise UserError("--trace-compare needs a profile of the model to predict from: --trace-profile FILE "
+                        "(make one with `sgdscale profile MODEL -o FILE`)")
+    network = load_network(network_arg) if network_arg else None
+    if network is None and emulated_bps is None:
+        raise UserError("--trace-compare on local processes needs the network they share: --trace-network FILE "
+                        "(measure it with `sgdscale netbench`), or run on the emulated cluster (--emulate)")
+    return {"profile": load_profile(source), "profile_source": source, "network": network,
+            "network_source": network_arg, "bandwidth_bps": emulated_bps}
+
+
+def write_comparison(measurement, compare: dict, path: str) -> None:
+    """The prediction of the run's own configuration, side by side with what it measured."""
+    import dataclasses
+
+    from sgdscale.cluster import Cluster
+    from sgdscale.comm import CommModel
+    from sgdscale.report.timeline import predicted_events, run_strategy, write_side_by_side
+
+    cfg = measurement.config
+    network = compare["network"]
+    if network is not None:
+        comm = CommModel.from_network(network)
+        bandwidth_bps = compare["bandwidth_bps"] or 8.0 / network.p2p.beta_s_per_byte
+        cluster = Cluster(cfg.workers, bandwidth_bps, network.p2p.alpha_s, max(1, cfg.ps_count))
+    else:
+        cluster = Cluster(cfg.workers, compare["bandwidth_bps"], ps_count=max(1, cfg.ps_count))
+        comm = CommModel.from_link(cluster.bandwidth_bps, cluster.latency_s)
+    replay = cfg.workload == "replay"
+    if replay and cfg.replay_compute == "sleep":
+        comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
+    # A replay spends the profiled means, so it is predicted without per-iteration variability.
+    predicted = predicted_events(compare["profile"], cluster, run_strategy(cfg), comm, cfg.iterations,
+                                 variability=not replay)
+    write_side_by_side(measurement, predicted, path, prediction={
+        "method": "fine", "profile": compare["profile_source"],
+        "network": compare["network_source"] or f"nominal {cluster.bandwidth_bps:g} bit/s",
+        "variability": not replay})
 
 
 def ran_line(config) -> str:

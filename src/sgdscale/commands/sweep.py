@@ -76,6 +76,9 @@ def sweep_command(profile: str | None, spec_path: str | None, output: str, jobs:
         raise UserError("give --workers (total devices) or --nodes, not both")
     if jobs is not None and jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    from sgdscale.inputs import check_outputs
+
+    check_outputs({"--output": output, **({"--plot": f"{plot_prefix}-heatmap.png"} if plot_prefix else {})})
     tasks = expand(spec)
     check_tasks(tasks)  # every bad input fails here, before a file is touched
     Store(output).read()  # an unreadable or foreign output file fails here too

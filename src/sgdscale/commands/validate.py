@@ -109,12 +109,17 @@ def summary_table(summary: list[dict]) -> Table:
               help="Pin each emulated node to its own core(s) besides its CPU quota.")
 @click.option("--repredict", is_flag=True,
               help="Recompute the predictions of finished cases from their cached inputs (after a model change).")
+@click.option("--trace-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Trace every run and write its measured timeline side by side with the fine prediction "
+                   "(Chrome trace, ui.perfetto.dev), one CASE[-rN].trace.json per run; with --repredict, "
+                   "rewrite them from the kept measurements.")
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("validation-out"), show_default=True,
               help="Folder for results.json, cached profiles and network files, and the plot.")
 def validate(models: str, workload: str, replay_compute: str, workers_text: str, bandwidth_text: str,
              strategies: str, ps_count: int, batch_size: int | None, cpu_per_node: float, iterations: int,
-             warmup: int, repeats: int, pin_cpus: bool, repredict: bool, out_dir: Path) -> None:
+             warmup: int, repeats: int, pin_cpus: bool, repredict: bool, trace_dir: Path | None,
+             out_dir: Path) -> None:
     """Check predictions against real distributed training on an emulated cluster (needs root
     and torch).
 
@@ -132,6 +137,7 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
       sgdscale validate --models mlp,gpt2 --workers 2,4 --bandwidth 200Mbit -o val/
       sgdscale validate --workload replay --models resnet50,gpt2 --workers 4,8,16 --cpu-per-node 0.1 \
           --bandwidth 1Gbit --strategies allreduce -o val/
+      sgdscale validate --models mlp --workers 2 --bandwidth 200Mbit --repeats 1 --trace-dir val/traces -o val/
     """
     from sgdscale.interrupts import preload_torch
 
@@ -159,7 +165,7 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
                 strategies=kinds, ps_count=ps_count, cpu_per_node_cores=cpu_per_node,
                 iterations=iterations, warmup=warmup, repeats=repeats, pin_cpus=pin_cpus)
     console = Console(stderr=True)
-    validator = Validator(grid, out_dir, log=lambda text: console.log(text))
+    validator = Validator(grid, out_dir, log=lambda text: console.log(text), trace_dir=trace_dir)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("validation", total=len(grid.cases()) * repeats)
@@ -187,7 +193,8 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
                "strategy": row["strategy"], "band": row.get("measured_band")}
               for row in rows for m in ("fine", "coarse") if m in row["predicted_throughput"]]
     plot_validation(points, out_dir / "validation.png", title=f"predicted vs measured throughput ({len(rows)} cases)")
-    out.print(f"results: {out_dir / 'results.json'}; plot: {out_dir / 'validation.png'}")
+    out.print(f"results: {out_dir / 'results.json'}; plot: {out_dir / 'validation.png'}"
+              + (f"; timelines: {trace_dir}/*.trace.json (ui.perfetto.dev)" if trace_dir else ""))
 
 
 def register(app: click.Group) -> None:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sgdscale.cluster import Cluster
     from sgdscale.comm.cost import CommModel
     from sgdscale.profile import Profile
-    from sgdscale.result import Outcome
+    from sgdscale.result import Outcome, TimelineSpec
     from sgdscale.strategy import Strategy
 
 
@@ -35,7 +35,8 @@ def check_step_counts(iterations: int, warmup: int) -> None:
 
 
 def simulate(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *, iterations: int = 100,
-             warmup: int = 10, seed: int = 0, variability: bool = True, timeline: bool = False) -> Outcome:
+             warmup: int = 10, seed: int = 0, variability: bool = True,
+             timeline: bool | TimelineSpec = False) -> Outcome:
     """Fine-grained prediction of one cluster size (see the module docstring)."""
     check_step_counts(iterations, warmup)
     if strategy.kind == "allreduce":

@@ -53,12 +53,11 @@ from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, backward_done_s, group_gradients, ready_offsets_s
 from sgdscale.profile import Profile
-from sgdscale.result import Breakdown, Outcome, TraceEvent
+from sgdscale.result import Breakdown, Outcome, TimelineSpec, TraceEvent, timeline_spec
 from sgdscale.strategy import Strategy
 from sgdscale.units import format_bytes
 
-TIMELINE_ITERATIONS = 3
-TIMELINE_MAX_EVENTS = 5000
+TIMELINE_MAX_EVENTS = 5000  # default cap (TimelineSpec.max_events overrides it)
 
 
 def collective_times_s(groups: list[GradGroup], topology: Topology) -> tuple[np.ndarray, dict[str, float]]:
@@ -71,7 +70,7 @@ def collective_times_s(groups: list[GradGroup], topology: Topology) -> tuple[np.
 
 def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                        iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
-                       timeline: bool = False) -> Outcome:
+                       timeline: bool | TimelineSpec = False) -> Outcome:
     """Fine-grained synchronous all-reduce for `cluster.workers` workers (module docstring)."""
     workers = cluster.workers
     topology = Topology.of(cluster, comm, strategy)
@@ -105,8 +104,10 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     steps = np.empty(iterations)
     compute = np.empty(iterations)
     exposed = np.empty(iterations)
-    events: list[TraceEvent] | None = [] if timeline else None
-    trace_workers = _trace_workers(sampler, identical)
+    spec = timeline_spec(timeline)
+    events: list[TraceEvent] | None = [] if spec else None
+    trace_workers = (list(range(workers)) if spec and spec.all_workers else _trace_workers(sampler, identical))
+    max_events = (spec.max_events if spec and spec.max_events else TIMELINE_MAX_EVENTS)
     fixed = None
     for k in range(total):
         rows = rows_fixed if rows_fixed is not None else sampler.draw_rows()
@@ -145,10 +146,11 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
             steps[i] = cluster_end - previous_end
             compute[i] = float(np.mean(pre + fwd + bwd + opt))
             exposed[i] = max(comm_end - float(backward_end.max()), 0.0)
-            if events is not None and i < TIMELINE_ITERATIONS:
+            if events is not None and i < spec.iterations:
                 durations = costs if interference is None else comm_ends - comm_start
                 _record(events, profile, sampler, groups, durations, rows, trace_workers, identical, start,
-                        backward_end, comm_start, comm_end, step_end, k, stretch_backward=interference is not None)
+                        backward_end, comm_start, comm_end, step_end, k, stretch_backward=interference is not None,
+                        max_events=max_events, alike_label=not spec.all_workers)
         previous_end = cluster_end
         start = step_end
 
@@ -208,19 +210,23 @@ def _trace_workers(sampler: ComputeSampler, identical: bool) -> list[int]:
 def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler, groups: list[GradGroup],
             costs: np.ndarray, rows: np.ndarray, trace_workers: list[int], identical: bool, start: np.ndarray,
             backward_end: np.ndarray, comm_start: np.ndarray, comm_end: float, step_end: np.ndarray,
-            iteration: int, stretch_backward: bool = False) -> None:
-    """Append one iteration of a few workers and the communication stream (capped).
+            iteration: int, stretch_backward: bool = False, max_events: int = TIMELINE_MAX_EVENTS,
+            alike_label: bool = True) -> None:
+    """Append one iteration of the traced workers and the communication stream (capped).
 
+    Identical workers are simulated as one: with `alike_label` it is drawn once as "worker 0 (all N
+    alike)", else once per traced worker (a side-by-side with a real run wants every worker).
     `stretch_backward`: backward ran slower under interference; its layers are drawn stretched evenly
     to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer)."""
-    if len(events) >= TIMELINE_MAX_EVENTS:
+    if len(events) >= max_events:
         return
     names = [layer.name for layer in profile.layers]
     for worker in trace_workers:
         col = 0 if identical else worker
         row = int(rows[min(col, len(rows) - 1)])
         scale = float(sampler.scale[worker])
-        process = f"worker {worker}" + (f" (all {sampler.workers} alike)" if identical and sampler.workers > 1 else "")
+        alike = alike_label and identical and sampler.workers > 1
+        process = f"worker {worker}" + (f" (all {sampler.workers} alike)" if alike else "")
         t = float(start[col])
         args = {"iteration": iteration}
         for label, duration in (("data", sampler.data_table_s[row] * scale), ("h2d", sampler.h2d_table_s[row] * scale)):

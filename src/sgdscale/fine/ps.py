@@ -75,14 +75,14 @@ from sgdscale.fine.ps_accounting import outcome, reference_blocked
 from sgdscale.fine.ps_trace import PsTrace
 from sgdscale.grouping import ready_offsets_s
 from sgdscale.profile import Profile
-from sgdscale.result import Outcome
+from sgdscale.result import Outcome, TimelineSpec, timeline_spec
 from sgdscale.strategy import Strategy
 from sgdscale.variability import ComputeSampler
 
 
 def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
                 iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
-                timeline: bool = False) -> Outcome:
+                timeline: bool | TimelineSpec = False) -> Outcome:
     """Simulate `warmup + iterations` steps of every worker (see the module docstring)."""
     check_step_counts(iterations, warmup)
     if not strategy.uses_servers:
@@ -92,13 +92,14 @@ def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
     rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
-    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup, trace=timeline)
+    sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup,
+                 trace=timeline_spec(timeline))
     reference = reference_blocked(profile, cluster, strategy, topology, plan)
     return outcome(sim, reference, strategy)
 
 
 def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan: PsPlan, sampler: ComputeSampler,
-           rows: np.ndarray, sync: bool, warmup: int, trace: bool = False, star: bool = True) -> PsRun:
+           rows: np.ndarray, sync: bool, warmup: int, trace: TimelineSpec | None = None, star: bool = True) -> PsRun:
     """Run a parameter-server simulation, with the star shortcut for the server NICs where it holds
     (`star=False`: the general max-min network throughout, for tests)."""
     sim = PsRun(profile, cluster, Topology.of(cluster, comm), plan, sampler, rows, sync, warmup, trace=trace,
@@ -135,8 +136,8 @@ class PsRun:
     blocked time, snapshots, the networks) is read by `sgdscale.fine.ps_accounting`."""
 
     def __init__(self, profile: Profile, cluster: Cluster, topology: Topology, plan: PsPlan,
-                 sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int, trace: bool = False,
-                 star: bool = True) -> None:
+                 sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int,
+                 trace: TimelineSpec | None = None, star: bool = True) -> None:
         self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
         self.rows = rows.tolist()
         self.total = rows.shape[0]
@@ -169,7 +170,7 @@ class PsRun:
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
-        self.recorder = PsTrace(self) if trace else None
+        self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
     @property
@@ -289,7 +290,7 @@ class PsRun:
             comp = extra + cf[j] - cf[j0]
             nxt[w] = j
             if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
-                rec.compute(w, k, t0, extra, j0, j)
+                rec.compute(w, k, t0, extra, j0, j, have_t[w] if k > 0 else None, need)
             if j == L:
                 _, _, bwd, rel, _, _ = tab[w]
                 t_end = t + bwd

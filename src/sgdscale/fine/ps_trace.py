@@ -2,39 +2,45 @@
 
 `sgdscale.fine.ps.PsRun` calls the recorder where something starts (compute chunks, waits for
 parameters, server updates) and hands it the networks' transfers; the events become a Chrome trace
-(`sgdscale.report.trace`). Only the first `TIMELINE_WORKERS` workers and `TIMELINE_ITERATIONS`
-measured iterations are kept, at most `TIMELINE_MAX_EVENTS` events, so a 1,024-worker run stays small.
+(`sgdscale.report.trace`). By default only the first `TIMELINE_WORKERS` workers and the first
+`TimelineSpec.iterations` measured iterations are kept, at most `TIMELINE_MAX_EVENTS` events, so a
+1,024-worker run stays small; a side-by-side with a real run (report/timeline.py) asks for every
+worker and as many iterations as were measured.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sgdscale.result import TraceEvent
+from sgdscale.result import TimelineSpec, TraceEvent
 
 if TYPE_CHECKING:
     from sgdscale.fine.ps import PsRun
 
-TIMELINE_ITERATIONS = 3
-TIMELINE_WORKERS = 3
+TIMELINE_WORKERS = 3  # defaults (TimelineSpec overrides them)
 TIMELINE_MAX_EVENTS = 20000
 
 
 class PsTrace:
     """Events of one run; `workers` and `iterations` are the ones recorded."""
 
-    def __init__(self, run: PsRun) -> None:
+    def __init__(self, run: PsRun, spec: TimelineSpec | None = None) -> None:
+        spec = spec or TimelineSpec()
         self.run = run
         self.events: list[TraceEvent] = []
-        self.workers = set(range(min(run.n, TIMELINE_WORKERS)))
-        self.iterations = set(range(run.warmup, min(run.total, run.warmup + TIMELINE_ITERATIONS)))
+        self.workers = set(range(run.n if spec.all_workers else min(run.n, TIMELINE_WORKERS)))
+        self.iterations = set(range(run.warmup, min(run.total, run.warmup + spec.iterations)))
+        self.max_events = spec.max_events or TIMELINE_MAX_EVENTS
         self.layer_names = [layer.name for layer in run.profile.layers]
 
     def _room(self) -> bool:
-        return len(self.events) < TIMELINE_MAX_EVENTS
+        return len(self.events) < self.max_events
 
-    def compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int) -> None:
-        """Worker w ran data (`extra` s), forward layers j0..j-1 and, if j is the last, backward."""
+    def compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int,
+                arrival: list[float] | None = None, need: list[list[int]] | None = None) -> None:
+        """Worker w ran data (`extra` s), forward layers j0..j-1 and, if j is the last, backward, as
+        `PsRun.run`'s `advance` ran them: a layer whose parameters were still in flight (`arrival`
+        of the messages it `need`s) starts when they arrive."""
         if not self._room():
             return
         run = self.run
@@ -46,6 +52,8 @@ class PsTrace:
             self.events.append(TraceEvent("data", t, extra, proc, "compute", args))
             t += extra
         for layer in range(j0, j):
+            if arrival is not None:
+                t = max(t, max((arrival[m] for m in need[layer]), default=t))
             d = cf[layer + 1] - cf[layer]
             self.events.append(TraceEvent(f"forward {names[layer]}", t, d, proc, "compute", args))
             t += d

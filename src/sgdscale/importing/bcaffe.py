@@ -32,9 +32,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from sgdscale import __version__
 from sgdscale.comm.network import NETWORK_SCHEMA, AlphaBeta, BenchPoint, Network, fit_alpha_beta
 from sgdscale.errors import UserError
+from sgdscale.inputs import describe
 from sgdscale.profile import PROFILE_SCHEMA, Profile
 
 FLOAT_BYTES = 4
@@ -159,12 +162,21 @@ def bcaffe_profile(log: BcaffeLog, source: str, model: str = "googlenet", batch_
         "measured_reduction_s": comm,
         "batch_size": "not in the log; the MG-WFBP experiments ran GoogLeNet with 64 images per GPU",
     }
-    return Profile.model_validate({
+    return _validated(Profile, {
         "schema": PROFILE_SCHEMA, "model": model, "batch_size": batch_size,
         "device": "NVIDIA Tesla K80 GPUs, 10GbE cluster (B-Caffe logs)",
         "framework": {"name": "b-caffe", "version": ""}, "measured_iterations": 1,
         "provenance": provenance, "layers": profile_layers,
-    })
+    }, "the B-Caffe log")
+
+
+def _validated(model, data: dict, source: str):
+    """`model` from imported data; a value out of bounds (sgdscale.inputs) is one line naming it."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise UserError(describe(error, f"{source}: the imported {model.__name__.lower()} is invalid",
+                                 "check the log for a damaged line")) from None
 
 
 def parse_osu_allreduce(path: str | Path, workers: int | None = None) -> tuple[int, list[BenchPoint]]:
@@ -206,7 +218,7 @@ def osu_network(paths: list[str | Path]) -> Network:
         raise UserError("the point-to-point cost is derived from the 2-worker all-reduce table; include allreduce2.log")
     two = fits["2"]
     p2p = AlphaBeta(alpha_s=two.alpha_s / 2, beta_s_per_byte=two.beta_s_per_byte)
-    return Network.model_validate({
+    return _validated(Network, {
         "schema": NETWORK_SCHEMA,
         "source": "OSU MPI_Allreduce latency tables: " + ", ".join(Path(p).name for p in paths),
         "p2p": p2p, "allreduce": fits,
@@ -217,4 +229,4 @@ def osu_network(paths: list[str | Path]) -> Network:
                    "all-reduce (t = 2 alpha + M beta): alpha_p2p = alpha_2 / 2, beta_p2p = beta_2",
             "samples": "each point is OSU's average latency over its iterations (one number per size)",
         },
-    })
+    }, "the OSU tables")

@@ -41,15 +41,17 @@ which is all this import needs; the Chrome trace is plain JSON, read here with t
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sgdscale import __version__
 from sgdscale.errors import UserError
+from sgdscale.inputs import describe
 from sgdscale.importing.modelinfo import HOW_TO_WRITE, ModelInfo
 from sgdscale.profile import PROFILE_SCHEMA, IterationStats, Profile
 
@@ -85,17 +87,14 @@ class _Step:
 
 
 def _load_events(path: Path) -> tuple[dict[str, Any], list[_Event]]:
+    from sgdscale.jsonio import read_json_file
+
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"trace file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read trace {path}: {error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path} is not a Chrome trace: not valid JSON (line {error.lineno}: {error.msg}); "
-                        "give the file written by prof.export_chrome_trace()") from None
+        data = read_json_file(path, what="Chrome trace", missing=f"trace file {path} does not exist")
+    except UserError as error:
+        if not path.exists():
+            raise
+        raise UserError(f"{error}; give the file written by prof.export_chrome_trace()") from None
     raw = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(raw, list):
         raise UserError(f"{path} is not a Chrome trace (no \"traceEvents\" list); "
@@ -213,8 +212,8 @@ def import_kineto(path: str | Path, info: ModelInfo, batch_size: int, model: str
                      "optimizer_s": statistics.fmean(s.optimizer_s for s in parsed)},
             "iteration_s": iteration,
         })
-    except ValueError as error:  # e.g. tensor names repeated in a hand-written model-info
-        raise UserError(f"the imported profile is invalid: {error}; {HOW_TO_WRITE}") from None
+    except ValidationError as error:  # e.g. tensor names repeated in a hand-written model-info
+        raise UserError(describe(error, "the imported profile is invalid", HOW_TO_WRITE)) from None
 
 
 def _read_step(step: _Event, inside: list[_Event], mapping: dict[tuple[str, int], int], tensor_layer: list[int],

@@ -17,7 +17,6 @@ directly, as in `sgdscale profile`); a parameter shared by several modules belon
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +66,12 @@ class ModelInfo(_Strict):
 def load_model_info(path: str | Path) -> ModelInfo:
     """Read and validate a model-info file; every failure is one UserError saying how to fix it."""
     path = Path(path)
+    from sgdscale.jsonio import read_json_file
+
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"model-info file {path} does not exist; {HOW_TO_WRITE}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read model-info file {path}: {error}; {HOW_TO_WRITE}") from None
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON (line {error.lineno}: {error.msg}); {HOW_TO_WRITE}") from None
+        data = read_json_file(path, what="model-info file", missing=f"model-info file {path} does not exist")
+    except UserError as error:
+        raise UserError(f"{error}; {HOW_TO_WRITE}") from None
     if not isinstance(data, dict) or data.get("schema") != MODEL_INFO_SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else None
         raise UserError(f"{path}: not a model-info file (schema {found!r}, expected \"{MODEL_INFO_SCHEMA}\"); {HOW_TO_WRITE}")

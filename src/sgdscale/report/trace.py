@@ -1,4 +1,4 @@
-"""Predicted timelines as Chrome Trace Event JSON, which ui.perfetto.dev and chrome://tracing open.
+"""Timelines (predicted, measured, or both: report/timeline.py) as Chrome Trace Event JSON, which ui.perfetto.dev and chrome://tracing open.
 
 Format (Trace Event Format, JSON object form): `{"traceEvents": [...], "displayTimeUnit": "ms"}`.
 Each interval is a complete event `ph: "X"` with `ts`/`dur` in microseconds; each process name
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -44,10 +44,11 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def chrome_trace(events: Iterable[TraceEvent], metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The trace as a JSON-ready dict (see the module docstring)."""
+def chrome_trace(events: Iterable[TraceEvent], metadata: dict[str, Any] | None = None,
+                 process_key: Callable[[str], Any] = _natural_key) -> dict[str, Any]:
+    """The trace as a JSON-ready dict (see the module docstring); processes in `process_key` order."""
     events = list(events)
-    processes = sorted({e.process for e in events}, key=_natural_key)
+    processes = sorted({e.process for e in events}, key=process_key)
     pid = {name: index + 1 for index, name in enumerate(processes)}
     threads: dict[str, list[str]] = {name: [] for name in processes}
     for e in events:
@@ -101,6 +102,6 @@ def drawn_workers(events: Iterable[TraceEvent]) -> list[str]:
 
 
 def write_chrome_trace(events: list[TraceEvent], path: str | os.PathLike[str],
-                       metadata: dict[str, Any] | None = None) -> None:
-    """Write a predicted timeline to `path` (open it in ui.perfetto.dev); written whole or not at all."""
-    write_json_atomic(path, chrome_trace(events, metadata))
+                       metadata: dict[str, Any] | None = None, process_key: Callable[[str], Any] = _natural_key) -> None:
+    """Write a timeline to `path` (open it in ui.perfetto.dev); written whole or not at all."""
+    write_json_atomic(path, chrome_trace(events, metadata, process_key))

@@ -14,6 +14,11 @@
   runs them in issue order. After backward we wait for the rest (`wait_s`), average, step.
 - `single`: no overlap: after backward, one all-reduce of all gradients flattened into one buffer.
 
+Traced runs (`config["trace"]`, worker.EventRecorder): DDP gets a comm hook that does what its
+built-in all-reduce does (average into the bucket) and timestamps each bucket's all-reduce from
+launch to completion (the future's callback, on gloo's thread); the manual groupings timestamp each
+group's all-reduce the same way. Untraced runs install neither (DDP keeps its C++ hook).
+
 Every strategy applies plain SGD (no momentum) with learning rate `lr` to averaged gradients.
 On NCCL (`ctx.device` a GPU) the model and batches live on that GPU and every timestamp follows a
 `torch.cuda.synchronize()`, so a phase's time includes the kernels it launched.
@@ -30,14 +35,18 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
 from sgdscale.runtime.rank import RankContext
-from sgdscale.runtime.worker import IterationLog, Setup, clock, maybe_fault
+from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
 
 
 class ManualAllReduce:
     """All-reduce gradients by group (per-tensor, per-layer or single) and average them."""
 
-    def __init__(self, module: torch.nn.Module, grouping: str, world_size: int) -> None:
+    def __init__(self, module: torch.nn.Module, grouping: str, world_size: int,
+                 recorder: EventRecorder | None = None) -> None:
         self.world_size = world_size
+        self.recorder = recorder
+        if recorder is not None:  # chosen once, not tested per group
+            self._start = self._start_traced
         self.grouping = grouping
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         if grouping == "per-tensor":
@@ -71,6 +80,17 @@ class ManualAllReduce:
         grads = [p.grad for p in group]
         flat = grads[0] if len(grads) == 1 else _flatten_dense_tensors(grads)
         self.pending.append((dist.all_reduce(flat, async_op=True), group, flat))
+
+    def _start_traced(self, group: list[torch.nn.Parameter]) -> None:
+        start = time.perf_counter()
+        self._start_untraced(group)
+        work = self.pending[-1][0]
+        size = sum(p.grad.numel() * p.grad.element_size() for p in group)
+        name = f"all-reduce {len(self.pending) - 1}"
+        work.get_future().add_done_callback(
+            lambda _f: self.recorder.add("all-reduce", name, start, time.perf_counter(), {"bytes": size}))
+
+    _start_untraced = _start
 
     def finish(self) -> None:
         """Wait for every group's all-reduce and leave averaged gradients in `.grad`."""
@@ -108,15 +128,18 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
             torch.cuda.synchronize()
         return time.perf_counter()
 
+    recorder = recorder_for(config)
     if grouping == "buckets":
         kwargs: dict[str, Any] = {} if config.get("bucket_mb") is None else {"bucket_cap_mb": config["bucket_mb"]}
         if on_gpu:
             kwargs["device_ids"] = [torch.device(ctx.device)]
         net: torch.nn.Module = DistributedDataParallel(module, **kwargs)
+        if recorder is not None:
+            net.register_comm_hook(None, traced_allreduce_hook(recorder, ctx.world_size))
     else:
         for p in module.parameters():  # same seed gives the same weights; make sure anyway
             dist.broadcast(p.data, src=0)
-        manual = ManualAllReduce(module, grouping, ctx.world_size)
+        manual = ManualAllReduce(module, grouping, ctx.world_size, recorder)
         net = module
     optimizer = torch.optim.SGD(net.parameters(), lr=config["lr"])
     # A replay spends the profiled optimizer time instead of updating (see runtime/replay.py).
@@ -128,6 +151,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     for iteration in range(total):
         maybe_fault(config, ctx.rank, iteration)
         start_unix, t0 = clock()
+        if recorder is not None:
+            recorder.begin(iteration, start_unix, t0)
         optimizer.zero_grad(set_to_none=True)
         inputs, targets = setup.batch(iteration)
         loss = loss_fn(net(inputs), targets)
@@ -154,7 +179,28 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         extra.update(setup.replay.record())
     if config.get("return_params"):
         extra["params"] = [p.detach().flatten().tolist() for p in module.parameters()]
-    return log.record(ctx.rank, config["warmup"], extra)
+    record = log.record(ctx.rank, config["warmup"], extra)
+    if recorder is not None:
+        record["events"] = recorder.record(config["warmup"])
+    return record
+
+
+def traced_allreduce_hook(recorder: EventRecorder, world_size: int):
+    """A DDP comm hook: average the bucket with one all-reduce, as DDP's built-in hook does, and
+    timestamp it from launch to completion (see the module docstring)."""
+
+    def hook(_state, bucket):  # unannotated: DDP rejects string annotations (from __future__)
+        start = time.perf_counter()
+        tensor = bucket.buffer().div_(world_size)
+        name, size = f"bucket {bucket.index()}", tensor.numel() * tensor.element_size()
+
+        def done(future: torch.futures.Future) -> torch.Tensor:
+            recorder.add("all-reduce", name, start, time.perf_counter(), {"bytes": size})
+            return future.value()[0]
+
+        return dist.all_reduce(tensor, async_op=True).get_future().then(done)
+
+    return hook
 
 
 def _ddp_buckets(ddp: torch.nn.Module) -> dict[str, Any]:

@@ -6,6 +6,11 @@ machine or in namespaces of one machine; on a real cluster only as good as the n
 durations come from a monotonic clock. Only measured iterations are stored; the first `warmup`
 iterations of every worker are dropped (DDP switches to its rebuilt buckets at the third).
 
+A traced run (`sgdscale train --trace`, `RunConfig.traced`) also keeps, per rank, `events`: the
+intervals it timestamped inside each measured step (DDP bucket all-reduces, pull waits, server
+updates, ...), in Unix seconds on the same clock as `iteration_start_s`; report/timeline.py turns
+a measurement into a Chrome trace. Untraced runs keep none and record nothing extra.
+
 Throughput is over the window in which every worker was running measured iterations: from the
 latest first-measured-iteration start to the earliest last-measured-iteration end, counting each
 iteration's samples in proportion to its overlap with the window. For synchronous strategies this
@@ -14,15 +19,14 @@ is the usual N*B/step; for async it avoids counting the tail where a faster work
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sgdscale.errors import UserError
+from sgdscale.inputs import describe
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.placement import PLACEMENTS
 from sgdscale.strategy import GROUPINGS as ALL_GROUPINGS
@@ -63,6 +67,7 @@ class RunConfig(_Strict):
     workload: Literal["real", "replay"] = Field(
         default="real", description="replay: a module built from a profile (runtime/replay.py)")
     replay_compute: Literal["sleep", "spin"] | None = None
+    traced: bool | None = Field(default=None, description="ranks timestamped events inside the steps (--trace)")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -74,6 +79,17 @@ class RunConfig(_Strict):
         elif self.ps_count < 1:
             raise ValueError(f"ps_count must be at least 1 for {self.strategy}")
         return self
+
+
+class TimedEvent(_Strict):
+    """One interval a rank timestamped in a traced run (see the module docstring)."""
+
+    name: str
+    thread: str = Field(description="the timeline row it belongs to, e.g. all-reduce, push, update")
+    iteration: int = Field(ge=0, description="measured iteration (warm-up excluded)")
+    start_s: float = Field(description="Unix time")
+    duration_s: float = Field(ge=0)
+    args: dict[str, Any] = Field(default_factory=dict)
 
 
 class WorkerRecord(_Strict):
@@ -88,6 +104,7 @@ class WorkerRecord(_Strict):
     backward_s: list[float] | None = Field(default=None, description="includes exposed all-reduce for DDP")
     optimizer_s: list[float] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
+    events: list[TimedEvent] | None = None
 
     @model_validator(mode="after")
     def _lengths(self) -> WorkerRecord:
@@ -111,6 +128,7 @@ class ServerRecord(_Strict):
     updates: int = Field(ge=0, description="gradient tensors applied (per tensor, per worker push)")
     busy_s: float = Field(ge=0, description="time spent averaging/applying updates and copying replies")
     wall_s: float = Field(ge=0)
+    events: list[TimedEvent] | None = None
 
 
 class Stats(_Strict):
@@ -182,16 +200,6 @@ def window_throughput(workers: list[WorkerRecord], batch_size: int) -> float:
     return samples / (hi - lo)
 
 
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors()[:8]:
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"  {where}: {item['msg']}")
-    if len(error.errors()) > 8:
-        lines.append(f"  ... and {len(error.errors()) - 8} more")
-    return "\n".join(lines)
-
-
 def measurement_from_json(data: Any, source: str = "measurement") -> Measurement:
     """Validate parsed JSON as a Measurement; errors name the field and the problem."""
     if not isinstance(data, dict) or data.get("schema") != MEASUREMENT_SCHEMA:
@@ -203,21 +211,14 @@ def measurement_from_json(data: Any, source: str = "measurement") -> Measurement
     try:
         return Measurement.model_validate(data)
     except ValidationError as error:
-        raise UserError(f"{source}: invalid measurement:\n{_describe(error)}") from None
+        raise UserError(describe(error, f"{source}: invalid measurement",
+                                 "run it again with `sgdscale train ... -o FILE`")) from None
 
 
 def load_measurement(path: str | os.PathLike[str]) -> Measurement:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"measurement file {path} does not exist") from None
-    except OSError as error:
-        raise UserError(f"cannot read measurement {path}: {error.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+    from sgdscale.jsonio import read_json_file
+
+    data = read_json_file(path, what="measurement file", missing=f"measurement file {path} does not exist")
     return measurement_from_json(data, str(path))
 
 

@@ -17,6 +17,14 @@ Synchronous shard: per iteration, receive every worker's gradient of each of its
 them, apply SGD `p -= lr * mean(g)`, and send the new value to every worker. Workers therefore all start
 iteration k+1 from the same parameters: this is synchronous SGD on the averaged gradient.
 
+Traced runs (`config["trace"]`, worker.EventRecorder): a worker timestamps each pull wait inside
+forward ("wait for parameters"), its wait for the previous pushes, and the moment each push is
+posted (gloo's send/recv work has no completion callback, so a push's end is not observed there);
+a shard timestamps each update and its wait for each gradient: a sync shard waits worker by worker,
+so the end of "wait for worker w" is when w's gradient was in (or the previous wait ended, if it
+was in earlier: then the slice is ~0 long), the nearest the runtime sees to a push's completion.
+Untraced runs install none of it.
+
 Asynchronous shard: one thread per worker, no barrier; each gradient tensor is applied on
 arrival (`p -= lr * g`, under a lock per shard) and the fresh value goes straight back to the
 worker that sent it. Workers may compute on stale parameters, as in async SGD.
@@ -34,7 +42,7 @@ import torch.distributed as dist
 
 from sgdscale.placement import place_tensors
 from sgdscale.runtime.rank import RankContext
-from sgdscale.runtime.worker import IterationLog, Setup, clock, maybe_fault
+from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
 
 
 def _placement(params: list[torch.Tensor], config: dict[str, Any]) -> list[int]:
@@ -53,14 +61,27 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     pulls: dict[int, Any] = {}
     pushes: list[Any] = []
     waited = [0.0]
+    recorder = recorder_for(config)
 
-    def wait_pull(indices: list[int]) -> None:
+    def wait_pull_untraced(indices: list[int]) -> None:
         for i in indices:
             work = pulls.pop(i, None)
             if work is not None:
                 t = time.perf_counter()
                 work.wait()
                 waited[0] += time.perf_counter() - t
+
+    def wait_pull_traced(indices: list[int]) -> None:
+        for i in indices:
+            work = pulls.pop(i, None)
+            if work is not None:
+                t = time.perf_counter()
+                work.wait()
+                end = time.perf_counter()
+                waited[0] += end - t
+                recorder.add("wait", "wait for parameters", t, end, {"tensor": i})
+
+    wait_pull = wait_pull_untraced if recorder is None else wait_pull_traced  # chosen once, not at every wait
 
     for submodule in module.modules():
         own = [index_of[id(p)] for p in submodule.parameters(recurse=False) if id(p) in index_of]
@@ -71,7 +92,13 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         def hook(p: torch.Tensor) -> None:
             pushes.append(dist.isend(p.grad, dst=server[i], tag=i))
 
-        return hook
+        def hook_traced(p: torch.Tensor) -> None:
+            t = time.perf_counter()
+            pushes.append(dist.isend(p.grad, dst=server[i], tag=i))
+            recorder.add("push", f"push tensor {i}", t, t, {"shard": server[i] - workers,
+                                                             "bytes": p.grad.numel() * p.grad.element_size()})
+
+        return hook if recorder is None else hook_traced
 
     for i, p in enumerate(params):
         p.register_post_accumulate_grad_hook(push_hook(i))
@@ -92,6 +119,9 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
             t = time.perf_counter()
             work.wait()
             waited[0] += time.perf_counter() - t
+        if recorder is not None:
+            recorder.begin(iteration, start_unix, t0)
+            recorder.add("wait", "wait for pushes", t0, time.perf_counter())
         pushes.clear()
         for p in params:
             p.grad = None
@@ -120,6 +150,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     if setup.replay is not None:
         extra.update(setup.replay.record())
     record = log.record(ctx.rank, config["warmup"], extra or None)
+    if recorder is not None:
+        record["events"] = recorder.record(config["warmup"])
     return record
 
 
@@ -155,6 +187,7 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     total = config["warmup"] + config["iterations"]
     lr = config["lr"]
     stats = {"busy_s": 0.0, "updates": 0}
+    recorder = recorder_for(config)
 
     dist.barrier()
     t_start = time.perf_counter()
@@ -162,10 +195,12 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     for work in initial:
         work.wait()
     if config["strategy"] == "ps-sync":
-        _serve_sync(values, mine, workers, total, lr, stats, ctx.report_progress)
+        _serve_sync(values, mine, workers, total, lr, stats, ctx.report_progress, recorder)
     else:
-        _serve_async(values, mine, workers, total, lr, stats, ctx.report_progress)
+        _serve_async(values, mine, workers, total, lr, stats, ctx.report_progress, recorder)
+    events = {} if recorder is None else {"events": recorder.record(config["warmup"])}
     return {
+        **events,
         "rank": ctx.rank,
         "shard": shard,
         "tensors": [named[i][0] for i in mine],
@@ -177,23 +212,36 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
 
 
 def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
-                stats: dict[str, Any], report_progress: Callable[[int], None]) -> None:
+                stats: dict[str, Any], report_progress: Callable[[int], None],
+                recorder: EventRecorder | None = None) -> None:
     grads = {(w, i): torch.empty_like(values[i]) for w in range(workers) for i in mine}
     order = mine  # already in gradient-ready order
     for iteration in range(total):
+        if recorder is not None:
+            recorder.begin(iteration, *clock())
         recvs = {(w, i): dist.irecv(grads[w, i], src=w, tag=i) for i in order for w in range(workers)}
         replies = []
         for i in order:
-            for w in range(workers):
-                recvs[w, i].wait()
+            if recorder is None:
+                for w in range(workers):
+                    recvs[w, i].wait()
+            else:
+                for w in range(workers):  # worker by worker: a gradient that was already in shows as ~0
+                    waiting = time.perf_counter()
+                    recvs[w, i].wait()
+                    recorder.add("receive", f"wait for worker {w}", waiting, time.perf_counter(),
+                                 {"tensor": i, "worker": w})
             t = time.perf_counter()
             summed = grads[0, i].clone()
             for w in range(1, workers):
                 summed.add_(grads[w, i])
             values[i].add_(summed, alpha=-lr / workers)
             reply = values[i].clone()  # the value stays intact while the sends are in flight
-            stats["busy_s"] += time.perf_counter() - t
+            done = time.perf_counter()
+            stats["busy_s"] += done - t
             stats["updates"] += workers
+            if recorder is not None:
+                recorder.add("update", f"update tensor {i}", t, done, {"tensor": i})
             replies += [dist.isend(reply, dst=w, tag=i) for w in range(workers)]
         for work in replies:
             work.wait()
@@ -201,7 +249,8 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
 
 
 def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
-                 stats: dict[str, Any], report_progress: Callable[[int], None]) -> None:
+                 stats: dict[str, Any], report_progress: Callable[[int], None],
+                recorder: EventRecorder | None = None) -> None:
     lock = threading.Lock()
     served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
     errors: list[BaseException] = []
@@ -210,17 +259,25 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
     def serve(w: int) -> None:
         try:
             grads = {i: torch.empty_like(values[i]) for i in mine}
-            for _ in range(total):
+            for iteration in range(total):
                 recvs = {i: dist.irecv(grads[i], src=w, tag=i) for i in order}
                 replies = []
                 for i in order:
+                    waiting = time.perf_counter() if recorder is not None else 0.0
                     recvs[i].wait()
+                    if recorder is not None:
+                        recorder.add(f"from worker {w}", "wait for gradients", waiting, time.perf_counter(),
+                                     {"tensor": i, "worker": w}, iteration=iteration)
                     with lock:
                         t = time.perf_counter()
                         values[i].add_(grads[i], alpha=-lr)
                         reply = values[i].clone()
-                        stats["busy_s"] += time.perf_counter() - t
+                        done = time.perf_counter()
+                        stats["busy_s"] += done - t
                         stats["updates"] += 1
+                    if recorder is not None:  # the worker's iteration: this thread serves one worker
+                        recorder.add(f"from worker {w}", f"update tensor {i}", t, done, {"tensor": i, "worker": w},
+                                     iteration=iteration)
                     replies.append(dist.isend(reply, dst=w, tag=i))
                 for work in replies:
                     work.wait()

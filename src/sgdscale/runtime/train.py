@@ -61,6 +61,7 @@ class TrainConfig:
     return_params: bool = False  # PS workers return their final parameters (numerics tests)
     replay: dict[str, Any] | None = None  # a profile's JSON: run its replay module (runtime/replay.py)
     replay_compute: str | None = None  # replay only: "sleep" (default) or "spin"
+    trace: bool = False  # ranks timestamp events inside their steps (runtime/worker.EventRecorder)
 
     @property
     def world_size(self) -> int:
@@ -234,6 +235,7 @@ def assemble(config: dict[str, Any], records: list[dict[str, Any]]) -> Measureme
         model_options=config.get("model_options") or {}, lr=config["lr"],
         bandwidth_bps=config.get("bandwidth_bps"), cpu_quota=config.get("cpu_quota"), threads=config["threads"],
         workload="replay" if config.get("replay") else "real", replay_compute=config.get("replay_compute"),
+        traced=True if config.get("trace") else None,
     )
     if run.strategy == "allreduce" and run.grouping == "buckets" and run.bucket_mb is None:
         run = run.model_copy(update={"bucket_mb": 25.0})

@@ -1,5 +1,6 @@
 """Rank-side pieces shared by the strategies: building the model and data, timing iterations,
-injected faults (for tests of the launcher), and the per-worker record."""
+injected faults (for tests of the launcher), the per-worker record, and the event recorder of a
+traced run."""
 
 from __future__ import annotations
 
@@ -91,6 +92,41 @@ class IterationLog:
         if extra:
             out["extra"] = extra
         return out
+
+
+class EventRecorder:
+    """Intervals a rank timestamps inside its steps, only in a traced run (`config["trace"]`).
+
+    The strategies install their traced hooks only when a recorder exists, so an untraced run
+    executes none of this. Times are perf_counter() values converted to Unix time with the pair
+    taken at the start of the current iteration (`begin`), the same pair `IterationLog` stores, so
+    an event and the phases of its iteration sit on one clock. `add` may be called from gloo's
+    threads (future callbacks): appending a tuple to a list is atomic under the GIL."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, int, float, float, dict[str, Any] | None]] = []
+        self.iteration = 0
+        self.offset_s = time.time() - time.perf_counter()
+
+    def begin(self, iteration: int, start_unix: float, start_perf: float) -> None:
+        self.iteration = iteration
+        self.offset_s = start_unix - start_perf
+
+    def add(self, thread: str, name: str, start_perf: float, end_perf: float, args: dict[str, Any] | None = None,
+            iteration: int | None = None) -> None:
+        self.rows.append((thread, name, self.iteration if iteration is None else iteration,
+                          start_perf + self.offset_s, end_perf - start_perf, args))
+
+    def record(self, warmup: int) -> list[dict[str, Any]]:
+        """The `events` of a WorkerRecord/ServerRecord: warm-up dropped, iterations renumbered."""
+        return [{"name": name, "thread": thread, "iteration": iteration - warmup, "start_s": start_s,
+                 "duration_s": max(duration_s, 0.0), **({"args": args} if args else {})}
+                for thread, name, iteration, start_s, duration_s, args in self.rows if iteration >= warmup]
+
+
+def recorder_for(config: dict[str, Any]) -> EventRecorder | None:
+    """An EventRecorder for a traced run, None otherwise (then nothing is timestamped)."""
+    return EventRecorder() if config.get("trace") else None
 
 
 def clock() -> tuple[float, float]:
