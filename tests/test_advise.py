@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from sgdscale.advise import Advisor, advise, candidates, parse_throughput
+from sgdscale.advise import Advisor, advise, candidates
+from sgdscale.commands.advise import parse_throughput
 from sgdscale.cli import main
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel

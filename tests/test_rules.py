@@ -96,9 +96,9 @@ def test_the_coarse_method_imports_nothing_of_the_fine_one():
 
 def test_the_prediction_core_imports_no_runtime_and_no_torch():
     top = ("predict.py", "profile.py", "cluster.py", "strategy.py", "grouping.py", "placement.py",
-           "variability.py", "wfbp.py", "result.py", "units.py", "advise.py", "sweep.py")
+           "variability.py", "wfbp.py", "result.py", "units.py", "sweep.py")
     core = [*(SRC / name for name in top), *(SRC / "fine").glob("*.py"), *(SRC / "coarse").glob("*.py"),
-            *(SRC / "comm").glob("*.py")]
+            *(SRC / "comm").glob("*.py"), *(SRC / "advise").glob("*.py")]
     for path in core:
         for name in _imports(path):
             assert not name.startswith(("torch", "sgdscale.runtime", "sgdscale.profiling")), (path.name, name)

@@ -19,11 +19,15 @@ torn last CSV line, and computes only the tasks that are missing.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
+import io
 import itertools
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -339,13 +343,24 @@ class Store:
             return
         if self.kind == "csv":
             new = not self.path.exists() or self.path.stat().st_size == 0
-            with self.path.open("a", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=[c for c, _ in COLUMNS])
-                if new:
-                    writer.writeheader()
-                writer.writerows([{k: ("" if v is None else v) for k, v in row.items()} for row in rows])
-                handle.flush()
-                os.fsync(handle.fileno())
+            text = io.StringIO(newline="")
+            writer = csv.DictWriter(text, fieldnames=[c for c, _ in COLUMNS])
+            if new:
+                writer.writeheader()
+            writer.writerows([{k: ("" if v is None else v) for k, v in row.items()} for row in rows])
+            data = text.getvalue().encode()
+            # A task's rows land together or not at all: Ctrl-C waits until they are on disk (a
+            # KeyboardInterrupt inside a buffered write once left part of a task behind, so the
+            # resumed sweep saw a task half done).
+            with _sigint_deferred():
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             return
         import pyarrow.parquet as pq
 
@@ -369,6 +384,19 @@ class Store:
         for file in self.parts.glob("*"):
             file.unlink()
         self.parts.rmdir()
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold SIGINT (Ctrl-C) back until the block is done; it is delivered right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _arrow(rows: list[dict[str, Any]]):

@@ -7,6 +7,7 @@ The cluster options are `predict`'s own click options (shared objects, parsed by
 from __future__ import annotations
 
 import copy
+import re
 
 import click
 
@@ -78,7 +79,7 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
     """
     from rich.console import Console
 
-    from sgdscale.advise import STRATEGY_KINDS, advise, parse_list, parse_throughput
+    from sgdscale.advise import STRATEGY_KINDS, advise
     from sgdscale.profile import load_profile
 
     console = Console()
@@ -148,3 +149,25 @@ advise_command.params[1:1] = shared_options(DEFAULT_ADVISE_WORKERS)
 
 def register(app: click.Group) -> None:
     app.add_command(advise_command)
+
+
+def parse_throughput(text: str) -> float:
+    """'2000/s', '2000', '2k/s', '2000 samples/s' -> samples/s."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([kKmM]?)\s*(?:samples)?\s*(?:/\s*s)?\s*",
+                         str(text))
+    if not match:
+        raise UserError(f"cannot read --target-throughput '{text}'; give samples per second, e.g. 2000/s or 2k/s")
+    value = float(match.group(1)) * {"": 1, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6}[match.group(2)]
+    return inputs.check(value, "--target-throughput", inputs.SAMPLES_PER_S, "e.g. 2000/s", shown=text)
+
+
+def parse_list(text: str | None, what: str, cast=float, example: str = "") -> list | None:
+    if text is None:
+        return None
+    try:
+        values = [cast(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"cannot read {what} '{text}' (e.g. {example})") from None
+    if not values:
+        raise UserError(f"{what} is empty (e.g. {example})")
+    return values

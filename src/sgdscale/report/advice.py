@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from rich import box
 from rich.table import Table
 
-from sgdscale.advise import Advice, summary_lines
+from sgdscale.advise import Advice
 from sgdscale.units import format_bandwidth, format_bytes, format_seconds
 
 
@@ -62,3 +65,54 @@ def print_advice(console, advice: Advice) -> None:
     console.print(f"search: {search['configurations']} configurations x {search['worker_counts']} worker counts, "
                   f"{search['predictions']} predictions ({search['method']}{confirm}), {search['pruned_by_bound']} "
                   f"skipped by upper bounds, {search['wall_s']:.2f} s", highlight=False)
+
+
+def _fine(point: dict[str, Any]) -> str:
+    fine = point.get("fine")
+    if not fine:
+        return ""
+    return (f"; fine method: {fine['throughput']:,.0f} samples/s, efficiency {fine['efficiency']:.0%}, limited by "
+            f"{fine['limited_by']} ({fine['iterations']} steps)")
+
+
+def summary_lines(advice: Advice) -> Iterable[str]:
+    """The answers as sentences (tables are in sgdscale.commands.advise)."""
+    a = advice.answers
+    if "max_workers" in a:
+        m = a["max_workers"]
+        if m["max_workers"] is None:
+            yield (f"Most workers at >= {m['target_efficiency']:.0%} efficiency: none in "
+                   f"{m['searched'][0]}-{m['searched'][1]} workers reach it")
+        else:
+            b = m["best"]
+            edge = (" (the largest count searched: give larger --workers to look further)"
+                    if m["max_workers"] == m["searched"][1] else "")
+            yield (f"Most workers at >= {m['target_efficiency']:.0%} efficiency: {m['max_workers']} workers with "
+                   f"{b['label']} ({b['throughput']:,.0f} samples/s, efficiency {b['efficiency']:.0%}, limited by "
+                   f"{b['limited_by']}{_fine(b)}){edge}")
+            yield f"  why: {m['why']}"
+    if "bandwidth" in a:
+        bw = a["bandwidth"]
+        if not bw["reachable"]:
+            yield f"Bandwidth for {bw['target_throughput']:,.0f} samples/s: not reachable: {bw['why_not']}"
+        else:
+            for key, title in (("least_bandwidth", "least bandwidth"), ("fewest_workers", "fewest workers")):
+                r = bw[key]
+                p = r["point"]
+                yield (f"Bandwidth for {bw['target_throughput']:,.0f} samples/s ({title}): "
+                       f"{format_bandwidth(r['bandwidth_bps'])} per NIC (within 2%) with {r['workers']} workers, {p['label']} "
+                       f"({p['throughput']:,.0f} samples/s, efficiency {p['efficiency']:.0%}, limited by "
+                       f"{p['limited_by']}{_fine(p)})")
+    if "cheapest" in a:
+        c = a["cheapest"]
+        if c["best"] is None:
+            yield f"Cheapest: {c['why_not']}"
+        else:
+            b = c["best"]
+            goal = (f"for {c['target_throughput']:,.0f} samples/s" if c["target_throughput"] is not None
+                    else "per sample")
+            yield (f"Cheapest {goal} at ${c['price_per_node_hour']:g} per node-hour: {b['workers']} workers on "
+                   f"{b['nodes']} nodes, {b['label']}: ${b['cost_per_hour']:,.2f}/h, {b['throughput']:,.0f} samples/s "
+                   f"(efficiency {b['efficiency']:.0%}, ${b['cost_per_million_samples']:,.3f} per million samples, "
+                   f"limited by {b['limited_by']}{_fine(b)})")
+            yield f"  why: {c['why']}"

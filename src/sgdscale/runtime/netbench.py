@@ -139,7 +139,7 @@ def _overlap_repeat(dist, tensor, unit) -> dict[str, float]:
             break
         units, last_end = units + 1, time.perf_counter()
     work.wait()
-    compute_overlap = (last_end - began) / units if units else math.nan
+    compute_overlap = (last_end - began) / units if units else None  # JSON has no NaN
 
     # the all-reduce while the compute loop runs in another thread (torch releases the GIL)
     stop = threading.Event()
@@ -192,7 +192,7 @@ def bench_rank(ctx) -> dict[str, Any]:
         cpu[op] = {}
         for nbytes in config["sizes"]:
             tensor = torch.zeros(nbytes // ELEMENT_BYTES, dtype=torch.float32)
-            kept: list[float] = []
+            kept: list[float | None] = []
             kept_cpu: list[float] = []
             for repeat in range(warmup + repeats):
                 dist.barrier()
@@ -209,7 +209,7 @@ def bench_rank(ctx) -> dict[str, Any]:
                         elapsed = time.perf_counter() - start
                     else:
                         dist.send(tensor, dst=0)
-                        elapsed = math.nan  # rank 0 times the arrival of everything
+                        elapsed = None  # rank 0 times the arrival of everything
                 elif rank == 0:
                     dist.send(tensor, dst=1)
                     dist.recv(tensor, src=1)
@@ -217,9 +217,9 @@ def bench_rank(ctx) -> dict[str, Any]:
                 elif rank == 1:
                     dist.recv(tensor, src=0)
                     dist.send(tensor, dst=0)
-                    elapsed = math.nan  # rank 0 times the round trip
+                    elapsed = None  # rank 0 times the round trip
                 else:
-                    elapsed = math.nan
+                    elapsed = None  # not timed on this rank (JSON has no NaN)
                 if repeat >= warmup:
                     kept.append(elapsed)
                     kept_cpu.append(_cpu_s() - cpu_start)
@@ -269,7 +269,7 @@ def interference_from_results(results: Sequence[dict[str, Any]]) -> Interference
             if key == "bytes":
                 overlap_bytes = int(values[0])
             else:
-                pooled.setdefault(key, []).extend(v for v in values if not math.isnan(v))
+                pooled.setdefault(key, []).extend(v for v in values if v is not None and not math.isnan(v))
     keys = ("compute_alone_s", "compute_overlap_s", "comm_alone_s", "comm_overlap_s")
     if not overlap_bytes or not all(pooled.get(k) for k in keys):
         return None
