@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sgdscale.jsonio import atomic_output
+from sgdscale.jsonio import write_json_atomic
 
 
 PROGRESS_BYTES = 8
@@ -148,10 +148,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
                           device=device)
         result = target(ctx)
         if out_dir is not None:
-            # An internal channel to the launcher, not a user's output: NaN stands for "not timed
-            # here" (e.g. netbench's non-root ranks), so it is allowed (json.loads reads it back).
-            with atomic_output(out_dir / f"result-{rank}.json") as tmp:
-                tmp.write_text(json.dumps(result))
+            write_json_atomic(out_dir / f"result-{rank}.json", result)
     except Exception:
         traceback.print_exc()
         sys.stderr.flush()
