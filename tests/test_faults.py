@@ -21,7 +21,10 @@ from sgdscale.runtime.testbed import owned_by
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)")
 pytestmark = [pytest.mark.testbed, pytest.mark.timeout(180)]
 
-CLI = [sys.executable, "-c", "import sys; sys.argv[0] = 'sgdscale'; from sgdscale.cli import main; sys.exit(main())"]
+# The child takes Python's default SIGINT handler back: a shell that starts a job in the background
+# (e.g. a CI runner) may hand it SIGINT ignored, and the tests are about what a user at a terminal gets.
+CLI = [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+       "sys.argv[0] = 'sgdscale'; from sgdscale.cli import main; sys.exit(main())"]
 TRAIN = ["train", "mlp", "--workers", "2", "--iterations", "400", "--warmup", "1", "--batch-size", "8",
          "--option", "width=256", "--option", "depth=1", "--emulate", "--bandwidth", "1Gbit", "--timeout", "150s"]
 TAG = "SGDSCALE_TEST_FAULT_TAG"

@@ -159,7 +159,12 @@ def test_ctrl_c_then_rerun_resumes(tmp_path):
     import time
 
     out = tmp_path / "s.csv"
-    args = [sys.executable, "-m", "sgdscale.cli", "sweep", "resnet50", "--workers", "1-64:x2", "--bandwidth",
+    # A shell that starts a job in the background (e.g. a CI runner) may hand it SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler; the test is about what a user at a terminal
+    # gets, so the child takes Python's default handler back.
+    cli = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "from sgdscale.cli import main; sys.exit(main(sys.argv[1:]))")
+    args = [sys.executable, "-c", cli, "sweep", "resnet50", "--workers", "1-64:x2", "--bandwidth",
             "1Gbit,10Gbit,100Gbit", "--strategy", "allreduce,ps-sync,ps-async", "--grouping", "buckets,per-tensor",
             "--ps", "1,2,4", "-j", "1", "-o", str(out)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

@@ -106,7 +106,7 @@ def set_parent_death_signal(expected_parent: int) -> None:
         os._exit(1)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -126,7 +126,7 @@ def sweep_dead_run_dirs(directory: str | None = None) -> list[str]:
         return removed
     for entry in entries:
         match = _RUN_DIR_RE.match(entry.name)
-        if match and entry.is_dir() and not _pid_alive(int(match.group(1))):
+        if match and entry.is_dir() and not pid_alive(int(match.group(1))):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(str(entry))
     return removed

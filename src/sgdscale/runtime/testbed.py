@@ -144,16 +144,6 @@ def preflight() -> None:
         raise UserError("cannot create network namespaces: /var/run/netns is missing and /var/run is not writable")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _list_ours() -> dict[str, dict[str, list[str]]]:
     """Every namespace, link and cgroup named like ours, grouped by prefix."""
     found: dict[str, dict[str, list[str]]] = {}
@@ -267,7 +257,7 @@ def sweep_leftovers(prefix: str | None = None, *, only_dead: bool = True) -> lis
             continue
         if prefix is None and only_dead:
             pid = int(_PREFIX_RE.match(found_prefix).group(2))
-            if pid == os.getpid() or _pid_alive(pid):
+            if pid == os.getpid() or reaper.pid_alive(pid):
                 continue
         problems += _remove(objects["netns"], objects["links"], [Path(g) for g in objects["cgroups"]])
         swept.append(found_prefix)
