@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import fcntl
 import json
-import os
 import statistics
 import sys
 from pathlib import Path

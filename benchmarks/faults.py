@@ -26,7 +26,6 @@ Needs root (emulated cluster) and torch.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -34,7 +33,6 @@ import random
 import re
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time

@@ -101,7 +101,7 @@ def stream_with_interference(ready_s: np.ndarray, costs_s: np.ndarray, backward_
     i.e. until tau reaches max(backward_end_s) (`two_body_end_s`). Backward of worker w ends at
     tau^-1(backward_end_s[w]). O(groups) scalar steps plus one interpolation over workers.
     """
-    kc, km = interference.compute_slowdown, interference.comm_slowdown
+    kc = interference.compute_slowdown
     last_compute = float(np.max(backward_end_s))
     starts = np.empty(len(costs_s))
     ends = np.empty(len(costs_s))
