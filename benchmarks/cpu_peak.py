@@ -14,9 +14,7 @@ overlap it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import fcntl
 import json
 import os
 import platform
@@ -27,16 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "device" / "cpu_peak.json"
-
-
-@contextlib.contextmanager
-def cpu_lock():
-    with open("/tmp/sgdscale-cpu.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from build_profiles import cpu_lock  # noqa: E402  (the project's one CPU lock)
 
 
 def timed(fn, min_s: float = 0.3) -> float:

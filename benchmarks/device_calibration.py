@@ -22,8 +22,6 @@ Raw profiles and every number go to benchmarks/results/device_calibration/.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import statistics
 import sys
@@ -31,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from build_profiles import busy_cores, wait_for_quiet  # noqa: E402
+from build_profiles import busy_cores, cpu_lock, wait_for_quiet  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "device_calibration"
 
@@ -48,16 +46,6 @@ CASES = {
     "bf16": {"source": ("fp32", 1), "target": ("bf16", 1), "from": "vm-cpu-1t", "to": "vm-cpu-1t",
              "ideal_factor": 157e9 / 1082e9},
 }
-
-
-@contextlib.contextmanager
-def cpu_lock():
-    with open("/tmp/sgdscale-cpu.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def layer_times(profile) -> list[float]:
