@@ -81,6 +81,17 @@ def test_levels_split_the_collective():
     assert flat.intra_s[0] == 0 and flat.nic_s[0] == pytest.approx(HAND_ALLREDUCE_S["flat"])
 
 
+
+def test_a_flat_ring_keeps_both_levels_busy():
+    """The flat ring's time is all NIC-paced, but its intra-node hops carry the same bytes at the
+    same moments: the intra-node link is busy for the ring's time on that link alone."""
+    busy = Topology(cluster(), comm(), "flat").allreduce_busy_s([M])
+    assert busy[LEVEL_NIC] == pytest.approx(HAND_ALLREDUCE_S["flat"], rel=1e-12)
+    assert busy[LEVEL_INTRA] == pytest.approx(6 * A_I + 1.5 * M * B_I, rel=1e-12)
+    hierarchical = Topology(cluster(), comm(), "hierarchical")
+    assert hierarchical.allreduce_busy_s([M]) == {LEVEL_INTRA: pytest.approx(2 * A_I + M * B_I),
+                                                  LEVEL_NIC: pytest.approx(2 * A_E + M * B_E)}
+
 def test_auto_takes_the_cheapest_per_message_and_tree_wins_small_messages_on_many_nodes():
     topology = Topology(cluster(workers=16, gpus=2), comm(), "auto")  # 8 nodes
     sizes = np.array([1_000.0, 64 * MB])

@@ -78,8 +78,7 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     groups = group_gradients(profile, strategy, topology, n)
     sizes = [float(g.bytes) for g in groups]
     comm_s = [float(t) for t in topology.allreduce_times_s(sizes)]
-    per_level = topology.allreduce_cost(sizes)
-    levels = {LEVEL_INTRA: float(per_level.intra_s.sum()), LEVEL_NIC: float(per_level.nic_s.sum())}
+    levels = topology.allreduce_busy_s(sizes)
     total_comm = float(sum(comm_s))
     if heuristics:
         exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max,

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgdscale.bottleneck import LEVEL_INTRA, LEVEL_NIC  # noqa: F401  (the level names; re-exported)
+from sgdscale.bottleneck import LEVEL_INTRA, LEVEL_NIC
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.network import AlphaBeta
@@ -215,6 +215,25 @@ class Topology:
         intra = np.stack([i for i, _ in parts])[best, pick]
         nic = np.stack([e for _, e in parts])[best, pick]
         return CollectiveCost(intra, nic, [options[b] for b in best])
+
+    def allreduce_busy_s(self, sizes_bytes: np.ndarray | list[float]) -> dict[str, float]:
+        """Seconds per step each level (intra-node link, NIC) is busy with these all-reduces.
+
+        Mostly the cost's split by level; but a flat collective over several multi-device nodes
+        keeps both levels busy at once (its ring crosses the NICs and the intra-node links in the
+        same steps, paced by the slower), so the faster level is busy for the time the same
+        collective would take on it alone, not zero."""
+        sizes = np.asarray(sizes_bytes, dtype=float)
+        cost = self.allreduce_cost(sizes)
+        intra, nic = cost.intra_s.copy(), cost.nic_s.copy()
+        flat = np.array([scheme == "flat" for scheme in cost.scheme], dtype=bool)
+        if self.gpus > 1 and self.nodes > 1 and flat.any():
+            gamma = self.gamma_s_per_byte
+            on_intra = CommModel(self.intra, self.algorithm, gamma).allreduce_times_s(sizes, self.workers)
+            on_nic = CommModel(self.inter.p2p, self.algorithm, gamma).allreduce_times_s(sizes, self.workers)
+            intra = np.where(flat, np.minimum(on_intra, cost.total_s), intra)
+            nic = np.where(flat, np.minimum(on_nic, cost.total_s), nic)
+        return {LEVEL_INTRA: float(intra.sum()), LEVEL_NIC: float(nic.sum())}
 
     def allreduce_times_s(self, sizes_bytes: np.ndarray | list[float], workers: int | None = None) -> np.ndarray:
         """Total all-reduce time of each message size (zeros for one worker)."""

@@ -49,7 +49,7 @@ from sgdscale.bottleneck import describe_allreduce
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
-from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
+from sgdscale.comm.topology import Topology
 from sgdscale.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, backward_done_s, group_gradients, ready_offsets_s
 from sgdscale.profile import Profile
@@ -63,9 +63,7 @@ TIMELINE_MAX_EVENTS = 5000  # default cap (TimelineSpec.max_events overrides it)
 def collective_times_s(groups: list[GradGroup], topology: Topology) -> tuple[np.ndarray, dict[str, float]]:
     """All-reduce time of each group (0 for one worker) and the seconds per step on each level."""
     sizes = [g.bytes for g in groups]
-    cost = topology.allreduce_cost(sizes)
-    levels = {LEVEL_INTRA: float(cost.intra_s.sum()), LEVEL_NIC: float(cost.nic_s.sum())}
-    return topology.allreduce_times_s(sizes), levels
+    return topology.allreduce_times_s(sizes), topology.allreduce_busy_s(sizes)
 
 
 def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
