@@ -43,6 +43,10 @@ class CommModel:
     # Wall seconds of a parameter server's CPU budget per byte it receives or sends: the measured CPU
     # cost of point-to-point transport over the cores it was measured at (0: moving bytes is free).
     server_cpu_s_per_byte: float = 0.0
+    # How unequally concurrent point-to-point flows share a link: the log-normal sigma of each
+    # burst's weight in weighted max-min sharing, fitted to measured incast completion spread
+    # (sgdscale.comm.network.Sharing; 0: equal sharing).
+    share_weight_sigma: float = 0.0
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",

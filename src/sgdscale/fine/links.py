@@ -22,6 +22,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+import numpy as np
+
 from sgdscale.fine.events import PUSH_KINDS, DeliverFn, EventQueue, NetKinds, NetworkModel, TransferFn
 
 __all__ = ["EventQueue", "LinkNetwork", "run_network"]
@@ -31,9 +33,16 @@ class LinkNetwork:
     """Links with capacities in bytes/s, connections over (uplink, downlink) pairs, max-min sharing."""
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
-                 kinds: NetKinds = PUSH_KINDS) -> None:
+                 kinds: NetKinds = PUSH_KINDS, weight_sigma: float = 0.0, seed: int = 0) -> None:
         if any(not c > 0 for c in capacities_Bps):
             raise ValueError("link capacities must be positive")
+        if not weight_sigma >= 0.0:
+            raise ValueError("weight_sigma must be >= 0")
+        # Unequal sharing (TCP flows into one link do not finish together): a connection that
+        # starts moving after being idle draws a weight exp(sigma * z), z standard normal, and keeps
+        # it while backlogged; links are then shared weighted max-min. sigma = 0: equal sharing.
+        self.weight_sigma = float(weight_sigma)
+        self._weight_rng = np.random.default_rng(seed) if weight_sigma > 0.0 else None
         self.queue = queue
         self.cap = [float(c) for c in capacities_Bps]
         self.alpha_s = float(alpha_s)
@@ -55,6 +64,7 @@ class LinkNetwork:
         self.c_pending: list[bool] = []  # a RELEASE event is scheduled
         self.c_start: list[float] = []  # when the head message started to move (for timelines)
         self.c_sent: list[float] = []  # bytes of messages fully sent
+        self.c_w: list[float] = []  # sharing weight of the connection's current burst
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
@@ -74,6 +84,7 @@ class LinkNetwork:
         self.c_pending.append(False)
         self.c_start.append(0.0)
         self.c_sent.append(0.0)
+        self.c_w.append(1.0)
         return len(self.c_up) - 1
 
     # --- messages -------------------------------------------------------------------------------
@@ -95,6 +106,8 @@ class LinkNetwork:
             ver = self.c_ver[conn] + 1
             self.c_ver[conn] = ver
             self.active[conn] = None
+            if self._weight_rng is not None:
+                self.c_w[conn] = float(np.exp(self.weight_sigma * self._weight_rng.standard_normal()))
             up, down = self.c_up[conn], self.c_down[conn]
             l_n = self.l_n
             if l_n[up] == 0 and l_n[down] == 0:
@@ -169,14 +182,15 @@ class LinkNetwork:
 
     # --- sharing --------------------------------------------------------------------------------
     def reallocate(self, now: float) -> None:
-        """Max-min fair rates for the active connections (progressive filling over their links)."""
+        """Weighted max-min fair rates for the active connections (progressive filling over their
+        links, in rate per unit of weight; all weights 1 without `weight_sigma`)."""
         self.dirty = False
         active = self.active
         if not active:
             return
         c_up, c_down, c_rate, c_rem, c_t = self.c_up, self.c_down, self.c_rate, self.c_rem, self.c_t
-        cap = self.cap
-        count: dict[int, int] = {}
+        cap, c_w = self.cap, self.c_w
+        count: dict[int, float] = {}  # per link: total weight of its connections not yet fixed
         conns_on: dict[int, list[int]] = {}
         for c in active:
             # Bring the bytes left up to date at the old rate.
@@ -190,30 +204,34 @@ class LinkNetwork:
                 lst = conns_on.get(link)
                 if lst is None:
                     conns_on[link] = [c]
-                    count[link] = 1
+                    count[link] = c_w[c]
                 else:
                     lst.append(c)
-                    count[link] += 1
+                    count[link] += c_w[c]
         left = {link: cap[link] for link in count}
         heap = [(left[link] / n, link) for link, n in count.items()]
         heapq.heapify(heap)
         new_rate: dict[int, float] = {}
+        weighted = self._weight_rng is not None
         while heap:
             share, link = heapq.heappop(heap)
             n = count[link]
-            if n == 0 or left[link] / n != share:
+            if n <= 0 or left[link] / n != share:
                 continue  # stale entry: this link's share rose since it was pushed
             for c in conns_on[link]:
                 if c in new_rate:
                     continue
-                new_rate[c] = share
+                rate = share * c_w[c] if weighted else share
+                new_rate[c] = rate
                 other = c_down[c] if c_up[c] == link else c_up[c]
-                left[other] -= share
-                count[other] -= 1
-                if count[other] > 0:
+                left[other] -= rate
+                count[other] -= c_w[c] if weighted else 1
+                if count[other] > 1e-12:
                     if left[other] < 0.0:
                         left[other] = 0.0
                     heapq.heappush(heap, (left[other] / count[other], other))
+                else:
+                    count[other] = 0
             count[link] = 0
         l_rate, push, kind_done = self.l_rate, self.queue.push, self.kind_done
         for link in conns_on:

@@ -93,17 +93,18 @@ def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     total = warmup + iterations
     rows = np.array([sampler.draw_rows() for _ in range(total)], dtype=np.intp).reshape(total, cluster.workers)
     sim = run_ps(profile, cluster, topology, plan, sampler, rows, strategy.kind == "ps-sync", warmup,
-                 trace=timeline_spec(timeline))
+                 trace=timeline_spec(timeline), seed=seed)
     reference = reference_blocked(profile, cluster, strategy, topology, plan)
     return outcome(sim, reference, strategy)
 
 
 def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan: PsPlan, sampler: ComputeSampler,
-           rows: np.ndarray, sync: bool, warmup: int, trace: TimelineSpec | None = None, star: bool = True) -> PsRun:
+           rows: np.ndarray, sync: bool, warmup: int, trace: TimelineSpec | None = None, star: bool = True,
+           seed: int = 0) -> PsRun:
     """Run a parameter-server simulation, with the star shortcut for the server NICs where it holds
     (`star=False`: the general max-min network throughout, for tests)."""
     sim = PsRun(profile, cluster, Topology.of(cluster, comm), plan, sampler, rows, sync, warmup, trace=trace,
-                star=star)
+                star=star, seed=seed)
     sim.run()
     return sim
 
@@ -137,7 +138,7 @@ class PsRun:
 
     def __init__(self, profile: Profile, cluster: Cluster, topology: Topology, plan: PsPlan,
                  sampler: ComputeSampler, rows: np.ndarray, sync: bool, warmup: int,
-                 trace: TimelineSpec | None = None, star: bool = True) -> None:
+                 trace: TimelineSpec | None = None, star: bool = True, seed: int = 0) -> None:
         self.profile, self.cluster, self.plan, self.sampler = profile, cluster, plan, sampler
         self.rows = rows.tolist()
         self.total = rows.shape[0]
@@ -150,25 +151,26 @@ class PsRun:
         # downlinks; pull links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
         self.links = links = topology.ps_links(shards)
         self.q = EventQueue()
-        alpha = topology.alpha_s
+        alpha = self.links_alpha_s = topology.alpha_s
         push_caps, pull_caps = links.push_caps_Bps, links.pull_caps_Bps
         push_pairs = [links.push_pairs[w][s] for w in range(n) for s in range(shards)]
         pull_pairs = [links.pull_pairs[s][w] for s in range(shards) for w in range(n)]
 
         # NICs shared by several devices or colocated servers are not stars: general network.
-        star = star and not links.shared_nics
+        sigma = topology.nic.share_weight_sigma
+        star = star and not links.shared_nics and sigma == 0.0
 
-        def network(caps, pairs, kinds, hubs):
+        def network(caps, pairs, kinds, hubs, seed):
             if star and StarNetwork.applies(caps, pairs, hubs):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs)
             else:
-                net = LinkNetwork(self.q, caps, alpha, kinds)
+                net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed)
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push)
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, seed)
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
-        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull)
+        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, seed + 1)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -238,6 +240,8 @@ class PsRun:
         notice_k = [[-1] * shards for _ in range(n)]
         notice_t = [[0.0] * shards for _ in range(n)]
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
+        early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
+        alpha_s = self.links_alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
         # reaches the workers), the replies of the step after it delivered so far, and pushes held
@@ -362,10 +366,11 @@ class PsRun:
             count = pw[s] + 1
             if count < per_shard[s]:
                 pw[s] = count
-            else:  # w's last push of step k to s: its notice follows
+            else:  # w's last push of step k to s: its notice follows (unless it went first)
                 pw[s] = 0
-                notice_k[w][s] = k
-                notice_t[w][s] = arrival
+                if early_notice[w][s] != k:
+                    notice_k[w][s] = k
+                    notice_t[w][s] = arrival
                 waiting_pulls = held[w][s]
                 if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
                     held[w][s] = []
@@ -439,6 +444,16 @@ class PsRun:
                 w = a
                 k = it[w]
                 ends[w].append(now)
+                if sync and k > 0:
+                    # w posts its pull receives now. Where shard s has not yet posted its receives
+                    # of step k (so w's pushes to s wait, unwritten), w's notice is the first thing
+                    # on the connection: it arrives alpha later, ahead of those pushes.
+                    nw, tw = notice_k[w], notice_t[w]
+                    for s in range(shards):
+                        if (posted_k[s] < k - 1 or posted_t[s] > now) and nw[s] < k:
+                            nw[s] = k
+                            tw[s] = now + alpha_s
+                            early_notice[w][s] = k
                 if k >= warmup:
                     t = tab[w]
                     step_compute[w].append(t[0] + t[1][L] + t[2])
