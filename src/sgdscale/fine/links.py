@@ -20,9 +20,9 @@ When the server NICs are what binds, `sgdscale.fine.hubs.StarNetwork` gives the 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
-
-import numpy as np
+from statistics import NormalDist
 
 from sgdscale.fine.events import PUSH_KINDS, DeliverFn, EventQueue, NetKinds, NetworkModel, TransferFn
 
@@ -42,7 +42,8 @@ class LinkNetwork:
         # starts moving after being idle draws a weight exp(sigma * z), z standard normal, and keeps
         # it while backlogged; links are then shared weighted max-min. sigma = 0: equal sharing.
         self.weight_sigma = float(weight_sigma)
-        self._weight_rng = np.random.default_rng(seed) if weight_sigma > 0.0 else None
+        self.weighted = weight_sigma > 0.0
+        self.seed = int(seed)
         self.queue = queue
         self.cap = [float(c) for c in capacities_Bps]
         self.alpha_s = float(alpha_s)
@@ -65,6 +66,7 @@ class LinkNetwork:
         self.c_start: list[float] = []  # when the head message started to move (for timelines)
         self.c_sent: list[float] = []  # bytes of messages fully sent
         self.c_w: list[float] = []  # sharing weight of the connection's current burst
+        self.c_bursts: list[int] = []  # bursts the connection has started (weights are drawn per burst)
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
@@ -85,7 +87,15 @@ class LinkNetwork:
         self.c_start.append(0.0)
         self.c_sent.append(0.0)
         self.c_w.append(1.0)
+        self.c_bursts.append(0)
         return len(self.c_up) - 1
+
+    def burst_weight(self, conn: int) -> float:
+        """The weight of `conn`'s next burst: exp(sigma * z), z a standard normal that depends only
+        on (seed, connection, burst number), so any event order (and `StarNetwork`) draws the same."""
+        burst = self.c_bursts[conn]
+        self.c_bursts[conn] = burst + 1
+        return math.exp(self.weight_sigma * _normal(self.seed, conn, burst))
 
     # --- messages -------------------------------------------------------------------------------
     def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
@@ -106,8 +116,8 @@ class LinkNetwork:
             ver = self.c_ver[conn] + 1
             self.c_ver[conn] = ver
             self.active[conn] = None
-            if self._weight_rng is not None:
-                self.c_w[conn] = float(np.exp(self.weight_sigma * self._weight_rng.standard_normal()))
+            if self.weighted:
+                self.c_w[conn] = self.burst_weight(conn)
             up, down = self.c_up[conn], self.c_down[conn]
             l_n = self.l_n
             if l_n[up] == 0 and l_n[down] == 0:
@@ -212,7 +222,7 @@ class LinkNetwork:
         heap = [(left[link] / n, link) for link, n in count.items()]
         heapq.heapify(heap)
         new_rate: dict[int, float] = {}
-        weighted = self._weight_rng is not None
+        weighted = self.weighted
         while heap:
             share, link = heapq.heappop(heap)
             n = count[link]
@@ -250,6 +260,19 @@ class LinkNetwork:
     def bytes_carried(self, link: int, now: float) -> float:
         """Bytes the link has carried up to `now` (rates are constant since the last change)."""
         return self.l_bytes[link] + self.l_rate[link] * (now - self.l_last[link])
+
+
+_MASK64 = (1 << 64) - 1
+_UNIT_NORMAL = NormalDist()
+
+
+def _normal(seed: int, conn: int, burst: int) -> float:
+    """A standard normal from (seed, conn, burst) by splitmix64: counter-based, no shared state."""
+    x = (seed * 0x9E3779B97F4A7C15 + conn * 0xBF58476D1CE4E5B9 + burst * 0x94D049BB133111EB) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    x ^= x >> 31
+    return _UNIT_NORMAL.inv_cdf(((x >> 11) + 0.5) / (1 << 53))
 
 
 def run_network(net: NetworkModel) -> list[tuple[float, int, int]]:
