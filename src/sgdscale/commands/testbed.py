@@ -157,9 +157,20 @@ def fits_table(network) -> Table:
                 budget = f" -> CPU-bound rate {format_bandwidth(8 * cpu.cores / value)} at {cpu.cores:g} cores" \
                     if cpu.cores else ""
                 notes.append(f"CPU cost of transport ({what}): {value * 1e9:.3g} ns/B{budget}")
+    if network.sharing is not None:
+        notes.append(sharing_line(network.sharing))
     if notes:
         table.caption = "\n".join(notes)
     return table
+
+
+def sharing_line(sharing) -> str:
+    """The link-sharing fit in one line: sigma, and what it was fitted to."""
+    measured = ", ".join(f"{sharing.first_last[k]:.3f} with {k} senders ({sharing.repeats.get(k, '?')} repeats)"
+                         for k in sorted(sharing.first_last, key=int))
+    sizes = ", ".join(format_bytes(b) for b in sharing.bytes)
+    return (f"link sharing: weight sigma {sharing.weight_sigma:.3f} (weighted max-min); first / last sender "
+            f"done, median: {measured}; messages {sizes}")
 
 
 @click.command("netbench")
@@ -171,9 +182,10 @@ def fits_table(network) -> Table:
 @click.option("--points", default=8, show_default=True, help="Log-spaced message sizes from min to max.")
 @click.option("--repeats", default=5, show_default=True, help="Timed repeats per size (median is fitted).")
 @click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
-@click.option("--ops", default="p2p,allreduce", show_default=True,
-              help="Which operations: p2p, allreduce, incast (N-1 senders into one node), overlap (compute/"
-                   "communication interference, with the most workers).")
+@click.option("--ops", default="p2p,allreduce,incast", show_default=True,
+              help="Which operations: p2p, allreduce, incast (N-1 senders into one node; with 3 or more "
+                   "processes it fits how unequally flows share a link), overlap (compute/communication "
+                   "interference, with the most workers).")
 @click.option("--overlap-size", default=None, help="All-reduce size for --ops overlap. [default: --max-size]")
 @click.option("--emulate", is_flag=True, help="Run each rank on its own node of an emulated cluster.")
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
