@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -94,7 +95,10 @@ def test_torchrun_ranks_then_collect(tmp_path):
     out = tmp_path / "net.json"
     assert main(["netbench", "--collect", str(tmp_path / "res"), "-o", str(out)]) == 0
     net = load_network(out)
-    assert {p.op for p in net.points} == {"p2p", "allreduce"} and "torchrun" in net.source
+    assert {p.op for p in net.points} == {"p2p", "allreduce", "incast"} and "torchrun" in net.source
+    incast = [p for p in net.points if p.op == "incast"]
+    assert all(p.senders_s and all(len(row) == 1 for row in p.senders_s) for p in incast)
+    assert net.sharing is None  # one sender says nothing about sharing
 
 
 @needs_root
@@ -104,8 +108,8 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     # 100 Mbit/s links: TCP goodput is ~95.6 Mbit/s (header overhead), measured p2p 1/beta 96 Mbit/s and
     # 2-rank all-reduce 90 Mbit/s; the bound allows for a busy machine.
     out = tmp_path / "emu.json"
-    code = main(["netbench", "--emulate", "--bandwidth", "100Mbit", "--cpu-quota", "0.8", "-o", str(out),
-                 "--min-size", "64kB", "--max-size", "2MB", "--points", "4", "--repeats", "3"])
+    code = main(["netbench", "--emulate", "--bandwidth", "100Mbit", "--cpu-quota", "0.6", "-o", str(out),
+                 "--workers", "2,3", "--min-size", "64kB", "--max-size", "2MB", "--points", "4", "--repeats", "3"])
     assert code == 0
     net = load_network(out)
     p2p_bps = 8 / net.p2p.beta_s_per_byte
@@ -113,4 +117,11 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     assert 80e6 <= p2p_bps <= 105e6, p2p_bps
     assert 70e6 <= allreduce_bps <= 105e6, allreduce_bps
     assert net.environment["mode"] == "emulated" and net.environment["bandwidth_bps"] == 100e6
+    # incast (default op): each sender's completion per repeat, and the sharing fit from the 2 MB, 2-sender one
+    incast = {(p.workers, p.bytes): p for p in net.points if p.op == "incast"}
+    assert {w for w, _ in incast} == {2, 3}
+    assert all(len(p.senders_s) == 3 and all(len(r) == w - 1 and max(r) <= max(p.samples_s) + 1e-3
+                                             for r in p.senders_s) for (w, _), p in incast.items())
+    assert net.sharing is not None and set(net.sharing.first_last) == {"2"}
+    assert math.isfinite(net.sharing.weight_sigma) and net.sharing.weight_sigma >= 0
     json.loads(out.read_text())  # plain JSON on disk
