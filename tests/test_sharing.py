@@ -147,3 +147,22 @@ def test_incast_sizes_limit_the_incast_op_only():
     assert nb.op_sizes(config, "incast") == [2_000_000] and nb.op_sizes(config, "p2p") == [1000, 2_000_000, 16_000_000]
     assert nb.steps_per_rank(config, 3) == (3 + 1) * 4
     assert nb.estimate_run_s(config, 3, 1e9) < nb.estimate_run_s({**config, "incast_sizes": None}, 3, 1e9)
+
+
+def test_validation_measures_incast_on_the_bandwidth_bound_sizes():
+    from sgdscale.validation import network_bench_config
+
+    config = network_bench_config()
+    assert "incast" in config["ops"] and config["incast_sizes"] == [1_422_624, 4_770_952]
+    assert all(size >= SHARING_MIN_BYTES for size in config["incast_sizes"])
+
+
+def test_the_netbench_report_prints_the_sharing_fit():
+    from sgdscale.commands.testbed import fits_table
+
+    sharing = Sharing(weight_sigma=0.221, first_last={"2": 0.95, "4": 0.82}, repeats={"2": 8, "4": 40},
+                      bytes=[1_000_000, 16_000_000])
+    caption = fits_table(Network(source="x", p2p=P2P, sharing=sharing)).caption
+    assert "link sharing: weight sigma 0.221" in caption
+    assert "0.950 with 2 senders (8 repeats), 0.820 with 4 senders (40 repeats)" in caption
+    assert "link sharing" not in (fits_table(Network(source="x", p2p=P2P)).caption or "")

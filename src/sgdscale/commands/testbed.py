@@ -191,12 +191,14 @@ def sharing_line(sharing) -> str:
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
 @click.option("--cpu-quota", default=None,
               help="Cores per node with --emulate (one value or one per node); default: 90 percent of the cores, split evenly.")
+@click.option("--pin-cpus/--no-pin-cpus", default=False, show_default=True,
+              help="With --emulate, also pin each node to its own core(s), as `train` and `validate` do.")
 @click.option("--write-config", type=click.Path(dir_okay=False),
               help="Only write the rank config for a real cluster (torchrun) and exit.")
 @click.option("--collect", type=click.Path(file_okay=False),
               help="Fit the result-*.json files torchrun ranks wrote to this directory.")
 def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, overlap_size, emulate, bandwidth,
-             cpu_quota, write_config, collect) -> None:
+             cpu_quota, pin_cpus, write_config, collect) -> None:
     """Measure point-to-point and all-reduce time against message size (gloo), fit alpha-beta,
     and write a network file for `sgdscale predict --network FILE`.
 
@@ -256,9 +258,10 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
 
             nodes = max(counts)
             quotas = parse_cpu_quota(cpu_quota, nodes)
-            environment = {"mode": "emulated", "nodes": nodes, "bandwidth_bps": rate, "cpu_quota_cores": quotas}
+            environment = {"mode": "emulated", "nodes": nodes, "bandwidth_bps": rate, "cpu_quota_cores": quotas,
+                           "pin_cpus": pin_cpus}
             progress.update(task, description=f"netbench on {nodes} emulated nodes at {format_bandwidth(rate)}")
-            with Testbed(nodes, rate, quotas) as bed:
+            with Testbed(nodes, rate, quotas, pin_cpus=pin_cpus) as bed:
                 environment["tbf"] = {"burst_bytes": bed.tbf.burst_bytes, "limit_bytes": bed.tbf.limit_bytes}
                 source = (f"netbench on an emulated cluster: {nodes} nodes, {format_bandwidth(rate)} tbf links, "
                           f"{', '.join(f'{q:g}' for q in quotas)} cores")
@@ -267,6 +270,8 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
         else:
             if cpu_quota is not None:
                 raise UserError("--cpu-quota only applies with --emulate")
+            if pin_cpus:
+                raise UserError("--pin-cpus only applies with --emulate")
             environment = {"mode": "local (loopback)", "processes": counts}
             progress.update(task, description="netbench on this machine (loopback)")
             network = nb.run_netbench(counts, config, on_progress=on_progress, environment=environment,
