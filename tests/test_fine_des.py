@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -102,15 +104,17 @@ def test_one_worker_sync_and_async_agree(kind):
     np.testing.assert_allclose(out["ps-sync"].iteration_s, out["ps-async"].iteration_s, rtol=1e-12)
 
 
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("variability", [False, True])
 @pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
-def test_ps_sync_fast_loop_equals_explicit_dag(variability, shards, grouping):
-    """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op."""
+def test_ps_sync_fast_loop_equals_explicit_dag(sigma, variability, shards, grouping):
+    """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op,
+    with equal and with unequal (weighted) link sharing."""
     profile = make_profile(layers=5, samples=4, seed=3)
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
     strategy = Strategy(kind="ps-sync", grouping=grouping, bucket_bytes=500_000, first_bucket_bytes=100_000)
-    comm = comm_for(cluster)
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
     steps = 6
     sampler = ComputeSampler(profile, cluster, seed=11, variability=variability)
     rows = np.array([sampler.draw_rows() for _ in range(steps)]).reshape(steps, cluster.workers)
@@ -118,13 +122,48 @@ def test_ps_sync_fast_loop_equals_explicit_dag(variability, shards, grouping):
     fwd = sampler.forward_table_s[rows] * scale[None, :, None]
     bwd = sampler.backward_table_s[rows] * scale[None, :, None]
     pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * scale[None, :]
-    dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre)
+    dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre, seed=5)
     explicit = run_dag(dag, resources, network=net)
     plan = ps_plan(profile, cluster, strategy, comm)
-    fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0)
+    fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0, seed=5)
     for w in range(cluster.workers):
         want = [explicit.finish_s[step_end[k][w]] for k in range(steps)]
         np.testing.assert_allclose(fast.ends[w], want, rtol=1e-9)
+
+
+def _notices_ahead_of_pushes(sigma):
+    """How many receive notices of the explicit DAG went ahead of their worker's pushes."""
+    profile = make_profile(layers=5, samples=4, seed=3)
+    cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=1, ps_bandwidth_bps=6e8,
+                      compute_scale=(1.0, 1.7, 0.9))
+    strategy = Strategy(kind="ps-sync", grouping="per-tensor")
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
+    sampler = ComputeSampler(profile, cluster, seed=11, variability=False)
+    rows = np.zeros((6, 3), dtype=int)
+    fwd = sampler.forward_table_s[rows] * sampler.scale[None, :, None]
+    bwd = sampler.backward_table_s[rows] * sampler.scale[None, :, None]
+    pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * sampler.scale[None, :]
+    dag, net, resources, _ = ps_sync_dag(profile, cluster, strategy, comm, 6, fwd, bwd, pre, seed=5)
+    run = run_dag(dag, resources, network=net)
+    pushes_done = {}
+    for op in range(len(dag)):
+        if dag.conn[op] >= 0 and dag.conn[op] < 3:  # a push of worker dag.conn[op] (one shard)
+            key = (dag.conn[op], dag.tag[op])
+            pushes_done[key] = max(pushes_done.get(key, 0.0), run.finish_s[op])
+    ahead = 0
+    for op, name in enumerate(dag.name):
+        if name.startswith("notice"):
+            w, k = int(name.split()[1][1:]), int(name.split()[3][1:])
+            ahead += run.finish_s[op] < pushes_done[(w, k)]
+    return ahead
+
+
+def test_a_notice_goes_ahead_of_pushes_only_when_the_shard_has_not_posted():
+    """Equal sharing: every worker gets its parameters at once, the shard has posted before anyone
+    ends backward, every notice follows the pushes. Unequal sharing: some workers start early,
+    end backward before the shard posts, and their notices overtake their waiting pushes."""
+    assert _notices_ahead_of_pushes(0.0) == 0
+    assert _notices_ahead_of_pushes(1.0) > 0
 
 
 EQUAL_TENSORS = Profile(

@@ -7,7 +7,9 @@ slow links and slow workers. One entry was re-recorded on purpose since: sync PS
 `mlp-pssync` at 4 workers (75.2 -> 61.0 samples/s), when the simulator learned that a shard
 posts its next receives only after all its replies have left (`sgdscale.fine.ps`), and again
 (61.0 -> 67.6) when a worker whose pushes wait for the shard sends its receive notice ahead of
-them; every other entry is still the pre-topology recording.
+them; and `cnn-pssync-net` (fine, 2 and 4 workers: -0.01% and +0.3%) when the notice learned it
+cannot leave before the worker's backward ends. Every other entry is still the pre-topology
+recording.
 """
 
 import json

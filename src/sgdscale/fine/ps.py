@@ -160,17 +160,17 @@ class PsRun:
         sigma = topology.nic.share_weight_sigma
         star = star and not links.shared_nics and sigma == 0.0
 
-        def network(caps, pairs, kinds, hubs, seed):
+        def network(caps, pairs, kinds, hubs, key_offset):
             if star and StarNetwork.applies(caps, pairs, hubs):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs)
             else:
-                net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed)
+                net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset)
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, seed)
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0)
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
-        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, seed + 1)
+        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -241,6 +241,7 @@ class PsRun:
         notice_t = [[0.0] * shards for _ in range(n)]
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
         early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
+        bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
         alpha_s = self.links_alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -297,7 +298,7 @@ class PsRun:
                 rec.compute(w, k, t0, extra, j0, j, have_t[w] if k > 0 else None, need)
             if j == L:
                 _, _, bwd, rel, _, _ = tab[w]
-                t_end = t + bwd
+                t_end = bwd_end[w] = t + bwd
                 busy[w] += comp + bwd
                 cend[w] = t_end
                 lr = last_release[w]
@@ -366,17 +367,20 @@ class PsRun:
             count = pw[s] + 1
             if count < per_shard[s]:
                 pw[s] = count
-            else:  # w's last push of step k to s: its notice follows (unless it went first)
-                pw[s] = 0
+            else:  # w's last push of step k to s: its notice follows (unless it went first),
+                pw[s] = 0  # and not before w posted it, when its backward ended
                 if early_notice[w][s] != k:
+                    nt = bwd_end[w] + alpha_s
+                    if nt < arrival:
+                        nt = arrival
                     notice_k[w][s] = k
-                    notice_t[w][s] = arrival
-                waiting_pulls = held[w][s]
-                if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
-                    held[w][s] = []
-                    conn = pull_conn[s][w]
-                    for nb, ready, tok, kk in waiting_pulls:
-                        pull_send(conn, nb, ready if ready > arrival else arrival, lnow, tok, kk)
+                    notice_t[w][s] = nt
+                    waiting_pulls = held[w][s]
+                    if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
+                        held[w][s] = []
+                        conn = pull_conn[s][w]
+                        for nb, ready, tok, kk in waiting_pulls:
+                            pull_send(conn, nb, ready if ready > nt else nt, lnow, tok, kk)
             if sync:
                 arr = arrivals[k & 1]
                 arr[m] += 1
