@@ -14,7 +14,8 @@ import pytest
 from sgdscale.cli import main
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.network import (SHARING_MIN_BYTES, AlphaBeta, BenchPoint, Network, Sharing, fit_share_weight_sigma,
-                                   gps_first_last, sharing_from_points)
+                                   sharing_from_points)
+from sgdscale.comm.sharing import first_over_last
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.runtime import netbench as nb
 
@@ -40,15 +41,15 @@ def test_fit_combines_sender_counts_weighted_by_repeats():
     both = fit_share_weight_sigma({2: gps_ratios(0.2, 2, 3000, 1), 4: gps_ratios(0.2, 4, 1000, 2)})
     assert both == pytest.approx(0.2, rel=0.03)
     # per-k sigmas 0 (ratios of 1) and ~0.3, weighted 1:3
-    mixed = fit_share_weight_sigma({2: [1.0] * 10, 4: [gps_first_last(0.3, 4)] * 30})
+    mixed = fit_share_weight_sigma({2: [1.0] * 10, 4: [first_over_last(4, 0.3, "median")] * 30})
     assert mixed == pytest.approx(0.75 * 0.3, abs=0.005)
 
 
 def test_the_brief_numbers_the_fit_is_built_on():
     # median GPS first/last with log-normal weights (docs: weighted sharing in links.py)
-    assert gps_first_last(0.12, 2) == pytest.approx(0.945, abs=0.002)
-    assert gps_first_last(0.12, 4) == pytest.approx(0.895, abs=0.002)
-    assert gps_first_last(0.15, 4) == pytest.approx(0.872, abs=0.002)
+    assert first_over_last(2, 0.12, "median") == pytest.approx(0.945, abs=0.002)
+    assert first_over_last(4, 0.12, "median") == pytest.approx(0.895, abs=0.002)
+    assert first_over_last(4, 0.15, "median") == pytest.approx(0.872, abs=0.002)
 
 
 def test_equal_finishes_mean_equal_sharing_and_limits():

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sgdscale.comm.sharing import first_over_last
 from sgdscale.errors import UserError
 from sgdscale.inputs import (BANDWIDTH_BPS, LATENCY_S, SECONDS_PER_BYTE, ByteCount, Cores, CpuSecondsPerByte,
                              NonNegative, Positive, Range, Seconds, Slowdown, WorkerCount, bounded, show, worker_key)
@@ -31,8 +31,6 @@ SampleCount = Annotated[int, bounded(Range(1, 1e9, integer=True))]
 # The sharing fit uses only bandwidth-bound incast messages (see `sharing_from_points`).
 SHARING_MIN_BYTES = 1e6
 SHARING_CROSSOVER_FACTOR = 20
-SHARING_DRAWS = 20_000
-SHARING_SEED = 0
 
 
 class AlphaBeta(BaseModel):
@@ -206,25 +204,11 @@ def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.n
     return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
 
 
-@lru_cache(maxsize=16)
-def _normal_draws(senders: int) -> np.ndarray:
-    """Fixed draws z (SHARING_DRAWS x senders) minus each row's max: the fit is deterministic and,
-    with the same draws for every sigma, the median ratio falls monotonically in sigma."""
-    z = np.random.default_rng([SHARING_SEED, senders]).standard_normal((SHARING_DRAWS, senders))
-    return z - z.max(axis=1, keepdims=True)
-
-
-def gps_first_last(sigma: float, senders: int) -> float:
-    """Median first/last completion ratio of `senders` equal flows started together on one link
-    shared weighted max-min (GPS) with weights phi = exp(sigma * z): sum(phi) / (k * max(phi))."""
-    return float(np.median(np.exp(sigma * _normal_draws(senders)).mean(axis=1)))
-
-
 def fit_share_weight_sigma(ratios_by_senders: dict[int, Sequence[float]]) -> float:
     """The log-normal weight sigma under which GPS sharing gives the measured first/last ratios.
 
-    Per sender count k >= 2: bisection on sigma in [0, 2] until `gps_first_last(sigma, k)` equals the
-    median measured ratio (a median of 1 or more: sigma 0; below what sigma 2 gives: 2). The per-k
+    Per sender count k >= 2: bisection on sigma in [0, 2] until the median GPS ratio under those weights
+    (`sgdscale.comm.sharing.first_over_last`, fixed draws: monotone in sigma) equals the median measured ratio (a median of 1 or more: sigma 0; below what sigma 2 gives: 2). The per-k
     sigmas are averaged weighted by how many ratios each has. One sender says nothing about sharing.
     """
     sigmas, weights = [], []
@@ -245,11 +229,11 @@ def _sigma_for(target: float, senders: int) -> float:
     low, high = SHARE_SIGMA.low, SHARE_SIGMA.high
     if target >= 1.0:
         return 0.0
-    if target <= gps_first_last(high, senders):
+    if target <= first_over_last(senders, high, "median"):
         return high
     for _ in range(40):  # 2 / 2**40: far below what the draws resolve
         middle = (low + high) / 2
-        low, high = (middle, high) if gps_first_last(middle, senders) > target else (low, middle)
+        low, high = (middle, high) if first_over_last(senders, middle, "median") > target else (low, middle)
     return (low + high) / 2
 
 
