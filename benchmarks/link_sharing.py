@@ -93,6 +93,18 @@ def summary(_args) -> None:
             lines.append(f"| {path.stem} | {network.environment.get('pin_cpus', False)} | {senders} | "
                          f"{', '.join(f'{b / 1e6:g}' for b in sharing.bytes)} MB | {sharing.repeats[senders]} | "
                          f"{median:.3f} ({min(ratios):.2f}-{max(ratios):.2f}) | {sharing.weight_sigma:.3f} | {per_size} |")
+    # the spread shrinks with the message: pooled over every run with 4 senders, small vs large sizes
+    pooled: dict[str, list[float]] = {"1-4 MB": [], "8-16 MB": []}
+    for path in sorted(OUT.glob("*.json")):
+        if path.name.startswith("validation_cost"):
+            continue
+        for p in load_network(path).points:
+            if p.op == "incast" and p.senders_s and p.workers == 5:
+                pooled["1-4 MB" if p.bytes <= 4e6 else "8-16 MB"].extend(min(r) / max(r) for r in p.senders_s)
+    if all(pooled.values()):
+        lines += ["", "Every run with 4 senders pooled, by message size: " + "; ".join(
+            f"{name}: median {statistics.median(v):.3f} over {len(v)} repeats, sigma {fit_share_weight_sigma({4: v}):.3f}"
+            for name, v in pooled.items()) + "."]
     earlier = json.loads((HERE / "results" / "incast_fairness.json").read_text())
     lines += ["", "The same fit on `benchmarks/results/incast_fairness.json` (its per-repeat completions; "
               f"{earlier['bandwidth_bps'] / 1e6:g} Mbit/s, {earlier['cpu_quota_cores']} cores, nodes pinned):", "",
