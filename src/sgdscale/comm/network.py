@@ -124,8 +124,8 @@ class Network(BaseModel):
     (e.g. gloo), which the predictor uses as is for that worker count. `incast` maps a number of
     concurrent senders to the fit of the time for one node to receive M bytes in total from them:
     the ingress a parameter server really gets when N workers push at once; it is measured and
-    reported (`sgdscale netbench`) but no predictor reads it (both model a server NIC as shared
-    max-min fairly at the p2p rate). `interference` and
+    reported (`sgdscale netbench`) but no predictor reads it (both share a server NIC at the p2p
+    rate, weighted by `sharing` where present). `interference` and
     `cpu` (optional; files without them load as before) hold the compute/communication
     interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md);
     `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`).
@@ -207,9 +207,10 @@ def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.n
 def fit_share_weight_sigma(ratios_by_senders: dict[int, Sequence[float]]) -> float:
     """The log-normal weight sigma under which GPS sharing gives the measured first/last ratios.
 
-    Per sender count k >= 2: bisection on sigma in [0, 2] until the median GPS ratio under those weights
-    (`sgdscale.comm.sharing.first_over_last`, fixed draws: monotone in sigma) equals the median measured ratio (a median of 1 or more: sigma 0; below what sigma 2 gives: 2). The per-k
-    sigmas are averaged weighted by how many ratios each has. One sender says nothing about sharing.
+    Per sender count k >= 2: bisection on sigma in [0, 2] until the median GPS ratio under those
+    weights (`sgdscale.comm.sharing.first_over_last`; fixed draws, so monotone in sigma) equals the
+    median measured ratio (a median of 1: sigma 0; below what sigma 2 gives: 2). The per-k sigmas are
+    averaged weighted by how many ratios each has. One sender says nothing about sharing.
     """
     sigmas, weights = [], []
     for senders, ratios in ratios_by_senders.items():
@@ -243,7 +244,9 @@ def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing
     Only bandwidth-bound messages count: at least SHARING_MIN_BYTES and SHARING_CROSSOVER_FACTOR
     times the p2p crossover alpha/beta. In smaller ones the startup cost (alpha, and rank 0 noticing
     a completion) is more than 1/20 of the time and spreads the completions for reasons that are not
-    link sharing, while the simulator's weights only act on bytes on the wire.
+    link sharing, while the simulator's weights only act on bytes on the wire. Above that the spread
+    still shrinks with the message (benchmarks/results/sharing/README.md: 4 senders at 800 Mbit/s,
+    sigma ~0.26 from 1-4 MB, ~0.12 from 8-16 MB), so `bytes` says what a fit stands for.
     """
     min_bytes = max(SHARING_MIN_BYTES, SHARING_CROSSOVER_FACTOR * p2p.alpha_s / p2p.beta_s_per_byte)
     ratios: dict[int, list[float]] = {}
