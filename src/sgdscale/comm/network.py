@@ -246,7 +246,7 @@ def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing
     a completion) is more than 1/20 of the time and spreads the completions for reasons that are not
     link sharing, while the simulator's weights only act on bytes on the wire. Above that the spread
     still shrinks with the message (benchmarks/results/sharing/README.md: 4 senders at 800 Mbit/s,
-    sigma ~0.26 from 1-4 MB, ~0.12 from 8-16 MB), so `bytes` says what a fit stands for.
+    sigma 0.27 from 1-4 MB, 0.15 from 8-16 MB, pooled over 4 runs), so `bytes` says what a fit stands for.
     """
     min_bytes = max(SHARING_MIN_BYTES, SHARING_CROSSOVER_FACTOR * p2p.alpha_s / p2p.beta_s_per_byte)
     ratios: dict[int, list[float]] = {}
