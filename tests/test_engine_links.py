@@ -119,16 +119,19 @@ from sgdscale.fine.hubs import StarNetwork  # noqa: E402
     shared=st.floats(1.0, 100.0),
     alpha=st.floats(0.0, 0.5),
     msgs=st.lists(st.tuples(st.integers(0, 5), st.floats(0.0, 60.0), st.floats(0.0, 8.0)), min_size=1, max_size=25),
+    sigma=st.sampled_from([0.0, 0.13, 0.6]),
+    seed=st.integers(0, 2**31),
 )
-def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs):
-    """The virtual-time star model gives the same deliveries as progressive filling."""
+def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed):
+    """The virtual-time star model gives the same deliveries as progressive filling, with equal
+    sharing and with per-burst weights (generalized processor sharing at the hub)."""
     caps = [private] * senders + [shared]
     # fan-in: private uplinks into one shared downlink (pushes); fan-out: the reverse (pulls).
     pairs = [(i, senders) if fan_in else (senders, i) for i in range(senders)]
     assert StarNetwork.applies(caps, pairs)
     results = []
     for cls in (LinkNetwork, StarNetwork):
-        net = cls(EventQueue(), caps, alpha)
+        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed)
         conns = [net.add_connection(*pair) for pair in pairs]
         last = [0.0] * senders
         for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
@@ -163,17 +166,20 @@ from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402
     alpha=st.floats(0.0, 0.5),
     msgs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.floats(0.0, 60.0), st.floats(0.0, 8.0)),
                   min_size=1, max_size=30),
+    sigma=st.sampled_from([0.0, 0.13, 0.6]),
+    seed=st.integers(0, 2**31),
 )
-def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs):
-    """Several server NICs (hubs), each worker NIC (edge) with one connection per hub: the hybrid
-    star/general network switches modes but delivers exactly what progressive filling does."""
+def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs, sigma, seed):
+    """Several server NICs (hubs), each worker NIC (edge) with one connection per hub, hubs faster
+    or slower than edges, equal or weighted sharing: the hybrid star/general network switches
+    modes but delivers exactly what progressive filling does."""
     caps = [edge] * workers + [hub] * hubs
     hub_links = set(range(workers, workers + hubs))
     pairs = [((w, workers + h) if fan_in else (workers + h, w)) for w in range(workers) for h in range(hubs)]
     results = []
     for cls in (LinkNetwork, HybridNetwork):
-        net = cls(EventQueue(), caps, alpha) if cls is LinkNetwork else cls(EventQueue(), caps, alpha,
-                                                                             shared=hub_links)
+        extra = {} if cls is LinkNetwork else {"shared": hub_links}
+        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, **extra)
         conns = [net.add_connection(*pair) for pair in pairs]
         last = [0.0] * len(conns)
         for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):
@@ -204,3 +210,52 @@ def test_hybrid_network_switches_modes_and_stays_exact():
     assert net.switches >= 2  # star -> general (a worker NIC binds) -> star again
     assert [tok for _, tok, _ in hybrid] == [tok for _, tok, _ in general]
     assert [t for t, _, _ in hybrid] == pytest.approx([t for t, _, _ in general], rel=1e-12)
+
+
+def _burst_weights(seed, sigma, conns):
+    """The first-burst weight of connections 0..conns-1 (draws depend only on seed, connection, burst)."""
+    probe = LinkNetwork(EventQueue(), [1.0, 1.0], 0.0, weight_sigma=sigma, seed=seed)
+    return [probe.burst_weight(probe.add_connection(0, 1)) for _ in range(conns)]
+
+
+@pytest.mark.parametrize("cls", [LinkNetwork, StarNetwork])
+@pytest.mark.parametrize("edge_Bps", [10.0, 25.0])
+def test_two_weighted_flows_on_one_hub_finish_at_the_gps_times(cls, edge_Bps):
+    """Two flows of b bytes with weights w1 > w2 into one hub of capacity C (edges no slower than
+    C): the heavier moves at w1 C / (w1 + w2) and finishes at b (w1 + w2) / (w1 C); then the
+    other has the hub alone and finishes at 2b / C (the hub was saturated throughout)."""
+    seed, sigma, b, C = 3, 0.5, 40.0, 10.0
+    w = _burst_weights(seed, sigma, 2)
+    assert w[0] != w[1]
+    net = cls(EventQueue(), [edge_Bps, edge_Bps, C], 0.0, weight_sigma=sigma, seed=seed)
+    conns = [net.add_connection(i, 2) for i in range(2)]  # all connections before the first send
+    for i, c in enumerate(conns):
+        net.send(c, b, 0.0, 0.0, token=i)
+    heavy = 0 if w[0] > w[1] else 1
+    w1, w2 = w[heavy], w[1 - heavy]
+    out = run_network(net)
+    assert [tok for _, tok, _ in out] == [heavy, 1 - heavy]
+    assert out[0][0] == pytest.approx(b * (w1 + w2) / (w1 * C), rel=1e-12)
+    assert out[1][0] == pytest.approx(2 * b / C, rel=1e-12)
+    if cls is StarNetwork:
+        assert net.switches == 0  # the hub binds throughout: star mode all along
+
+
+def test_weighted_star_leaves_star_mode_where_a_fast_hub_would_overfill_an_edge():
+    """A hub 4x faster than the worker NICs: one weighted flow alone would get w C / w = C > p, so
+    the network goes general, and back to star once enough flows share the hub (and again as they
+    drain); exact throughout."""
+    def go(cls):
+        caps = [10.0] * 12 + [40.0]
+        net = cls(EventQueue(), caps, 0.01, weight_sigma=0.4, seed=11)
+        conns = [net.add_connection(w, 12) for w in range(12)]
+        for i, c in enumerate(conns):
+            net.send(c, 20.0 + 3 * i, 0.1 * i, 0.0, token=i)
+            net.send(c, 30.0, 9.0 + 0.1 * i, 0.0, token=100 + i)
+        return run_network(net), net
+
+    star, net = go(StarNetwork)
+    general, _ = go(LinkNetwork)
+    assert net.switches >= 2
+    assert [tok for _, tok, _ in star] == [tok for _, tok, _ in general]
+    assert [t for t, _, _ in star] == pytest.approx([t for t, _, _ in general], rel=1e-12)

@@ -158,11 +158,11 @@ class PsRun:
 
         # NICs shared by several devices or colocated servers are not stars: general network.
         sigma = topology.nic.share_weight_sigma
-        star = star and not links.shared_nics and sigma == 0.0
+        star = star and not links.shared_nics
 
         def network(caps, pairs, kinds, hubs, seed):
             if star and StarNetwork.applies(caps, pairs, hubs):
-                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs)
+                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed)
             else:
                 net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed)
             conns = [net.add_connection(up, down) for up, down in pairs]
