@@ -1,5 +1,8 @@
 """The flow-level link model: max-min fair sharing of full-duplex NIC links."""
 
+import heapq
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -187,11 +190,13 @@ def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub,
             last[c] = max(last[c], release)
             net.send(c, nbytes, last[c], 0.0, token=token)
         out = sorted((tok, t) for t, tok, _ in run_network(net))
-        results.append(out)
-    a, b = results
+        end = max(t for _, t in out)
+        results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
+    (a, bytes_a), (b, bytes_b) = results
     assert [tok for tok, _ in a] == [tok for tok, _ in b]
     for (_, ta), (_, tb) in zip(a, b):
         assert ta == pytest.approx(tb, rel=1e-9, abs=1e-9)
+    assert bytes_a == pytest.approx(bytes_b, rel=1e-9, abs=1e-6)
 
 
 def test_hybrid_network_switches_modes_and_stays_exact():
@@ -259,3 +264,50 @@ def test_weighted_star_leaves_star_mode_where_a_fast_hub_would_overfill_an_edge(
     assert net.switches >= 2
     assert [tok for _, tok, _ in star] == [tok for _, tok, _ in general]
     assert [t for t, _, _ in star] == pytest.approx([t for t, _, _ in general], rel=1e-12)
+
+
+def _bytes_while_running(net, probes_s):
+    """`run_network`, also reading every link's bytes carried at each probe time (mid-transfer)."""
+    heap = net.queue.heap
+    for t in probes_s:
+        net.queue.push(t, 99)  # a kind the network does not handle: a pure probe
+    now, seen = 0.0, []
+    while True:
+        if net.dirty and (not heap or heap[0][0] > now):
+            net.reallocate(now)
+        if not heap:
+            return seen
+        now, _, kind, a, b = heapq.heappop(heap)
+        if kind == net.kind_done:
+            net.on_done(a, b, now)
+        elif kind == net.kind_release:
+            net.on_release(a, now)
+        elif kind == 99:
+            seen.append([net.bytes_carried(link, now) for link in range(len(net.cap))])
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3])
+@pytest.mark.parametrize("hub_Bps", [5.0, 40.0])
+def test_bytes_carried_mid_run_equals_max_min_network(sigma, hub_Bps):
+    """Bytes each link has carried, read while messages move (as PS accounting does at step ends):
+    the star network (weighted or not, in either mode) reports what progressive filling does."""
+    rng = random.Random(7)
+    workers, hubs = 5, 2
+    caps = [10.0] * workers + [hub_Bps] * hubs
+    msgs = sorted(((rng.randrange(workers), rng.randrange(hubs), rng.uniform(1, 40), rng.uniform(0, 10))
+                   for _ in range(60)), key=lambda m: m[3])
+    seen = []
+    for cls in (LinkNetwork, StarNetwork):
+        extra = {} if cls is LinkNetwork else {"shared": {workers, workers + 1}}
+        net = cls(EventQueue(), caps, 0.05, weight_sigma=sigma, seed=2, **extra)
+        conns = [net.add_connection(w, workers + h) for w in range(workers) for h in range(hubs)]
+        last = [0.0] * len(conns)
+        for token, (w, h, nbytes, release) in enumerate(msgs):
+            c = conns[w * hubs + h]
+            last[c] = max(last[c], release)
+            net.send(c, nbytes, last[c], 0.0, token=token)
+        seen.append(_bytes_while_running(net, [0.37 + 0.61 * i for i in range(40)]))
+    assert len(seen[0]) == len(seen[1]) == 40
+    assert any(0.0 < sum(row) < sum(seen[0][-1]) for row in seen[0])  # some probes fall mid-run
+    for a, b in zip(*seen):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-9)
