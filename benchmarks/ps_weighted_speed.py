@@ -13,7 +13,9 @@ that both trees predict the same.
     git archive <commit before> src | tar -x -C /tmp/before     # the source tree to compare with
     flock /tmp/sgdscale-cpu.lock nice -n 19 env PYTHONPATH=src .venv/bin/python \\
         benchmarks/ps_weighted_speed.py --before-src /tmp/before/src
-Writes benchmarks/results/ps_weighted_speed.json (raw) and ps_weighted_speed.md (table).
+Writes benchmarks/results/ps_weighted_speed.json (raw) and ps_weighted_speed.md (table);
+`--server-gbps 40` (server NICs faster than the workers' 10 Gbit/s, where weighted star mode must
+leave for the general network while few connections share a hub) writes ps_weighted_speed_server40.*.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ def child(case: dict) -> dict:
     profile = load_profile("resnet50")
     comm = dataclasses.replace(CommModel.from_link(10e9, 20e-6), share_weight_sigma=case["sigma"])
     began, began_cpu = time.perf_counter(), time.process_time()
-    outcome = simulate(profile, Cluster(case["workers"], ps_count=case["servers"]),
+    cluster = Cluster(case["workers"], ps_count=case["servers"], ps_bandwidth_bps=case.get("server_bps"))
+    outcome = simulate(profile, cluster,
                        Strategy(kind=case["kind"], grouping="per-tensor"), comm,
                        iterations=ITERATIONS, warmup=WARMUP, seed=case["seed"])
     return {"cpu_s": time.process_time() - began_cpu, "wall_s": time.perf_counter() - began,
@@ -69,8 +72,11 @@ def run_child(src: Path, case: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before-src", type=Path, required=True, help="src/ of the tree to compare with")
+    parser.add_argument("--server-gbps", type=float, help="server NIC bandwidth (default: the workers' 10)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    server_bps = args.server_gbps * 1e9 if args.server_gbps else None
+    name = f"ps_weighted_speed_server{args.server_gbps:g}" if args.server_gbps else "ps_weighted_speed"
     trees = {"before": args.before_src.resolve(), "after": SRC}
     rows = []
     for kind, servers in KINDS:
@@ -79,7 +85,8 @@ def main() -> int:
                 runs: dict[str, list[dict]] = {name: [] for name in trees}
                 for seed in range(REPEATS):
                     for name, src in trees.items():
-                        case = {"kind": kind, "servers": servers, "workers": workers, "sigma": sigma, "seed": seed}
+                        case = {"kind": kind, "servers": servers, "workers": workers, "sigma": sigma, "seed": seed,
+                                "server_bps": server_bps}
                         runs[name].append(run_child(src, case))
                 row = {"kind": kind, "servers": servers, "workers": workers, "sigma": sigma,
                        "iterations": ITERATIONS, "warmup": WARMUP, "runs": runs}
@@ -88,12 +95,13 @@ def main() -> int:
                 print(kind, servers, workers, sigma, {n: [round(x, 3) for x in c] for n, c in cpu.items()},
                       flush=True)
     environment = {"python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                   "trees": {name: str(src) for name, src in trees.items()}, "repeats": REPEATS,
+                   "trees": {label: str(src) for label, src in trees.items()}, "repeats": REPEATS,
+                   "worker_bps": 10e9, "server_bps": server_bps or 10e9,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average_at_end": list(os.getloadavg())}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "ps_weighted_speed.json").write_text(json.dumps({"environment": environment, "results": rows},
+    (RESULTS / f"{name}.json").write_text(json.dumps({"environment": environment, "results": rows},
                                                                indent=1) + "\n")
-    (RESULTS / "ps_weighted_speed.md").write_text(markdown(rows, environment))
+    (RESULTS / f"{name}.md").write_text(markdown(rows, environment))
     return 0
 
 
@@ -102,7 +110,8 @@ def markdown(rows: list[dict], environment: dict) -> str:
         return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
 
     lines = ["# PS simulation CPU time, weighted sharing: LinkNetwork fallback (before) vs weighted star (after)",
-             "", f"resnet50, per-tensor, 10 Gbit/s, {ITERATIONS} iterations + {WARMUP} warm-up, "
+             "", f"resnet50, per-tensor, workers {environment['worker_bps'] / 1e9:g} Gbit/s, servers "
+             f"{environment['server_bps'] / 1e9:g} Gbit/s, {ITERATIONS} iterations + {WARMUP} warm-up, "
              f"{environment['repeats']} seeds per cell; CPU seconds of one `simulate` call, median (min-max). "
              f"Load average at the end: {environment['load_average_at_end']}.", "",
              "| strategy | servers | workers | sigma | before | after | before / after (medians) | "
