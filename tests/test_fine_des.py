@@ -105,15 +105,17 @@ def test_one_worker_sync_and_async_agree(kind):
     np.testing.assert_allclose(out["ps-sync"].iteration_s, out["ps-async"].iteration_s, rtol=1e-12)
 
 
+@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("variability", [False, True])
 @pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
-def test_ps_sync_fast_loop_equals_explicit_dag(variability, shards, grouping):
-    """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op."""
+def test_ps_sync_fast_loop_equals_explicit_dag(sigma, variability, shards, grouping):
+    """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op,
+    with equal and with unequal (weighted) link sharing."""
     profile = make_profile(layers=5, samples=4, seed=3)
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
     strategy = Strategy(kind="ps-sync", grouping=grouping, bucket_bytes=500_000, first_bucket_bytes=100_000)
-    comm = comm_for(cluster)
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
     steps = 6
     sampler = ComputeSampler(profile, cluster, seed=11, variability=variability)
     rows = np.array([sampler.draw_rows() for _ in range(steps)]).reshape(steps, cluster.workers)
@@ -121,13 +123,28 @@ def test_ps_sync_fast_loop_equals_explicit_dag(variability, shards, grouping):
     fwd = sampler.forward_table_s[rows] * scale[None, :, None]
     bwd = sampler.backward_table_s[rows] * scale[None, :, None]
     pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * scale[None, :]
-    dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre)
+    dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre, seed=5)
     explicit = run_dag(dag, resources, network=net)
     plan = ps_plan(profile, cluster, strategy, comm)
-    fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0)
+    fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0, seed=5)
     for w in range(cluster.workers):
         want = [explicit.finish_s[step_end[k][w]] for k in range(steps)]
         np.testing.assert_allclose(fast.ends[w], want, rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_a_receive_notice_waits_for_the_end_of_backward(kind):
+    """The worker posts its pull receives when its backward ends. Here its only gradient (layer b,
+    first in backward) is pushed and updated long before that, but the new value still leaves only
+    when the notice arrives (end of backward + 1 ms) and lands 1 ms later, after the next step's
+    0.5 ms forward of the parameter-free layer a: forward of b waits 1.5 ms."""
+    layers = [Layer(name="a", forward_s=0.0005, backward_s=0.2, params=[]),
+              Layer(name="b", forward_s=0.01, backward_s=0.01, params=[ParamTensor(name="b.w", numel=25, bytes=100)])]
+    profile = Profile(model="two", batch_size=4, layers=layers, step=StepTimes())
+    cluster = Cluster(1, bandwidth_bps=1e12, latency_s=1e-3)
+    out = simulate_des(profile, cluster, Strategy(kind=kind, grouping="per-tensor"), comm_for(cluster),
+                       iterations=4, warmup=1, variability=False)
+    np.testing.assert_allclose(out.iteration_s, 0.002 + 0.01 + 0.21, rtol=1e-6)
 
 
 EQUAL_TENSORS = Profile(

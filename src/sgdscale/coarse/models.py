@@ -23,6 +23,7 @@ from sgdscale.coarse.phases import (
 )
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, overlap_end_s
+from sgdscale.comm.sharing import first_over_last
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
@@ -152,7 +153,9 @@ class _ServerCosts:
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
-    pushes and updates a pipeline that starts during backward, the pull after the last push).
+    pushes and updates a pipeline that starts during backward, the pull after the last push; on a
+    network measured to share links unequally the pull starts when the first worker is done
+    pushing, `sgdscale.comm.sharing.first_over_last` of the push phase).
 
     push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
     down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
@@ -169,7 +172,10 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     shard_nic_s, worker_nic_s, intra_s = costs.topology.ps_transfer_s(costs.bytes, costs.total_bytes)
     transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s)
     push = costs.alpha + transfer if costs.total_bytes > 0 else 0.0
-    pull = push
+    # Links shared unequally (comm.sharing): the first worker is done pushing, and its pulls can
+    # start, at a fraction of the push phase, so the pull phase ends that much earlier.
+    pull_tail = first_over_last(n, costs.topology.nic.share_weight_sigma) * transfer
+    pull = costs.alpha + pull_tail if costs.total_bytes > 0 else 0.0
     update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes
     update = float(update_per_shard.max(initial=0.0))
 
@@ -183,7 +189,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
         offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
         end = hz.pipeline_end_s(head_max(profile, cluster, variability, groups[0]).mean,
-                                head_max(profile, cluster, variability, groups[-1]).mean, stages, offsets) + transfer
+                                head_max(profile, cluster, variability, groups[-1]).mean, stages, offsets) + pull_tail
         extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0

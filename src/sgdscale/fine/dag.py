@@ -88,7 +88,7 @@ def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[li
 
 
 def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, steps: int,
-                forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray
+                forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray, seed: int = 0
                 ) -> tuple[Dag, LinkNetwork, int, list[list[int]]]:
     """The explicit synchronous-PS DAG of `steps` iterations (small cases only; one device per
     node and dedicated servers, the layout the fast simulator is checked against).
@@ -106,7 +106,8 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     # One network for both directions: links 0..n-1 worker up, n..2n-1 worker down,
     # 2n..2n+S-1 server up, 2n+S..2n+2S-1 server down.
     caps = worker_Bps + worker_Bps + [server_Bps] * (2 * shards)
-    net = LinkNetwork(queue, caps, topology.alpha_s)
+    # The same weights as the fast loop's two networks: pushes are connections 0..nS-1, pulls nS...
+    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=topology.nic.share_weight_sigma, seed=seed)
     push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, n + w) for w in range(n)] for s in range(shards)]
     dag = Dag()
@@ -139,18 +140,20 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
                     before = layer_done[layer + 1] if layer + 1 < layers else forward_end
                     ready = dag.add(fraction * backward_s[k, w, layer], resource=-1, preds=[before])
                 pushes[m].append(dag.add(conn=push[w][plan.shard[m]], nbytes=plan.bytes[m],
-                                         preds=[ready, *replies[plan.shard[m]]]))
+                                         preds=[ready, *replies[plan.shard[m]]], tag=k))
             last_op[w] = op
             ends.append(op)
-        # Receive before send (gloo): worker w's receive notice for shard s follows its last push to s.
-        notice = [[[pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s] for s in range(shards)]
-                  for w in range(n)]
+        # Receive before send (gloo): worker w posts its receives when its backward ends; the notice
+        # to shard s arrives alpha later and behind w's pushes to s (sgdscale.fine.ps).
+        posted = [dag.add(topology.alpha_s, preds=[ends[w]], name=f"notice w{w} k{k}") for w in range(n)]
+        notice = [[[posted[w]] + [pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s]
+                   for s in range(shards)] for w in range(n)]
         replies = [[] for _ in range(shards)]
         for m in range(plan.messages):
             update = dag.add(plan.update_s[m], resource=n + plan.shard[m], preds=pushes[m], name=f"update m{m} k{k}")
             for w in range(n):
                 pulled[w][m] = dag.add(conn=pull[plan.shard[m]][w], nbytes=plan.bytes[m],
-                                       preds=[update, *notice[w][plan.shard[m]]])
+                                       preds=[update, *notice[w][plan.shard[m]]], tag=k)
                 replies[plan.shard[m]].append(pulled[w][m])
         step_end.append(ends)
     return dag, net, n + shards, step_end

@@ -34,15 +34,17 @@ class Dag:
     conn: list[int] = field(default_factory=list)
     nbytes: list[float] = field(default_factory=list)
     name: list[str] = field(default_factory=list)
+    tag: list[int] = field(default_factory=list)  # a message's tag (the network's burst key)
 
     def add(self, duration_s: float = 0.0, resource: int = -1, preds: tuple[int, ...] | list[int] = (),
-            conn: int = -1, nbytes: float = 0.0, name: str = "") -> int:
+            conn: int = -1, nbytes: float = 0.0, name: str = "", tag: int = 0) -> int:
         self.duration_s.append(float(duration_s))
         self.resource.append(resource)
         self.preds.append(list(preds))
         self.conn.append(conn)
         self.nbytes.append(float(nbytes))
         self.name.append(name)
+        self.tag.append(tag)
         return len(self.duration_s) - 1
 
     def __len__(self) -> int:
@@ -119,7 +121,7 @@ def run_dag(dag: Dag, resources: int, network: NetworkModel | None = None,
             if network is None:
                 raise ValueError("the DAG has messages but no network was given")
             start[op] = now
-            network.send(c, nbytes[op], now, now, op)
+            network.send(c, nbytes[op], now, now, op, dag.tag[op])
             return
         r = resource[op]
         if r < 0:

@@ -33,17 +33,20 @@ class LinkNetwork:
     """Links with capacities in bytes/s, connections over (uplink, downlink) pairs, max-min sharing."""
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
-                 kinds: NetKinds = PUSH_KINDS, weight_sigma: float = 0.0, seed: int = 0) -> None:
+                 kinds: NetKinds = PUSH_KINDS, weight_sigma: float = 0.0, seed: int = 0,
+                 key_offset: int = 0) -> None:
         if any(not c > 0 for c in capacities_Bps):
             raise ValueError("link capacities must be positive")
         if not weight_sigma >= 0.0:
             raise ValueError("weight_sigma must be >= 0")
-        # Unequal sharing (TCP flows into one link do not finish together): a connection that
-        # starts moving after being idle draws a weight exp(sigma * z), z standard normal, and keeps
-        # it while backlogged; links are then shared weighted max-min. sigma = 0: equal sharing.
+        # Unequal sharing (TCP flows into one link do not finish together): a connection's messages
+        # of one tag (the parameter-server simulation tags them with their step) are one burst with
+        # one weight exp(sigma * z), z standard normal; links are shared weighted max-min.
+        # sigma = 0: equal sharing.
         self.weight_sigma = float(weight_sigma)
         self.weighted = weight_sigma > 0.0
         self.seed = int(seed)
+        self.key_offset = int(key_offset)  # connection c draws as connection key_offset + c
         self.queue = queue
         self.cap = [float(c) for c in capacities_Bps]
         self.alpha_s = float(alpha_s)
@@ -66,7 +69,7 @@ class LinkNetwork:
         self.c_start: list[float] = []  # when the head message started to move (for timelines)
         self.c_sent: list[float] = []  # bytes of messages fully sent
         self.c_w: list[float] = []  # sharing weight of the connection's current burst
-        self.c_bursts: list[int] = []  # bursts the connection has started (weights are drawn per burst)
+        self.c_tag: list[int] = []  # tag of the message moving (its weight's burst)
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
@@ -87,15 +90,14 @@ class LinkNetwork:
         self.c_start.append(0.0)
         self.c_sent.append(0.0)
         self.c_w.append(1.0)
-        self.c_bursts.append(0)
+        self.c_tag.append(-1)
         return len(self.c_up) - 1
 
-    def burst_weight(self, conn: int) -> float:
-        """The weight of `conn`'s next burst: exp(sigma * z), z a standard normal that depends only
-        on (seed, connection, burst number), so any event order (and `StarNetwork`) draws the same."""
-        burst = self.c_bursts[conn]
-        self.c_bursts[conn] = burst + 1
-        return math.exp(self.weight_sigma * _normal(self.seed, conn, burst))
+    def burst_weight(self, conn: int, tag: int) -> float:
+        """The weight of `conn`'s burst `tag`: exp(sigma * z), z a standard normal that depends only
+        on (seed, key_offset + connection, tag), so any event order, `StarNetwork`, and a network
+        that holds both directions (the explicit DAG's) give the same weights."""
+        return math.exp(self.weight_sigma * _normal(self.seed, self.key_offset + conn, tag))
 
     # --- messages -------------------------------------------------------------------------------
     def send(self, conn: int, nbytes: float, release_s: float, now: float, token: int, tag: int = 0) -> None:
@@ -107,7 +109,7 @@ class LinkNetwork:
 
     def _head_arrived(self, conn: int, now: float) -> None:
         """The queue's head is new: start it if released, otherwise wake up at its release time."""
-        release_s, nbytes, _, _ = self.c_queue[conn][0]
+        release_s, nbytes, _, tag = self.c_queue[conn][0]
         if release_s <= now:
             self.c_rem[conn] = nbytes
             self.c_t[conn] = now
@@ -117,7 +119,8 @@ class LinkNetwork:
             self.c_ver[conn] = ver
             self.active[conn] = None
             if self.weighted:
-                self.c_w[conn] = self.burst_weight(conn)
+                self.c_w[conn] = self.burst_weight(conn, tag)
+                self.c_tag[conn] = tag
             up, down = self.c_up[conn], self.c_down[conn]
             l_n = self.l_n
             if l_n[up] == 0 and l_n[down] == 0:
@@ -155,8 +158,9 @@ class LinkNetwork:
             self.deliver(token, tag, now + self.alpha_s, now)
         else:
             heapq.heappush(self.queue.heap, (now + self.alpha_s, next(self.queue.seq), self.kind_deliver, token, tag))
-        if q and q[0][0] <= now:
-            # Backlogged: the next message continues at the same rate; nobody else's share changes.
+        if q and q[0][0] <= now and (not self.weighted or q[0][3] == self.c_tag[conn]):
+            # Backlogged: the next message continues at the same rate; nobody else's share changes
+            # (a message of another burst has another weight: it restarts below).
             nbytes = q[0][1]
             self.c_rem[conn] = nbytes
             self.c_t[conn] = now

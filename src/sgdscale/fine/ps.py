@@ -13,16 +13,23 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   topology (a measured network file scales them all). A message from A to B is a flow over
   A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
   sends its messages FIFO; concurrent connections share links max-min fairly
-  (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
+  (`sgdscale.fine.links`), weighted by a log-normal weight per connection and step where the
+  network was measured to share unequally (`CommModel.share_weight_sigma`: TCP flows into one
+  link do not finish together, `sgdscale netbench`'s incast op measures how far apart); each
+  message is delivered the NIC's latency alpha after its last byte left;
 - server shards: FIFO resources; applying a message costs its share of the profile's optimizer
   time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
 - receive before send (gloo's rendezvous): a point-to-point message only flows once its receiver
   has posted the receive, and that notice travels on the same FIFO connection as the data. A
-  worker posts its pulls when its backward ends, so the notice to shard s sits behind all its
-  pushes to s: a shard's new parameters start towards worker w only after w's last push of the
-  step has reached that shard. (Measured on the emulated cluster: without this rule, sync PS at
-  200 Mbit/s was predicted 30% too fast, because pulls overlapped pushes that in reality block
-  them.) The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
+  worker posts its pulls when its backward ends, so the notice to shard s arrives alpha after
+  that, and behind all its pushes to s: a shard's new parameters start towards worker w only
+  after w's last push of the step has reached that shard and w's backward has ended. (Measured on
+  the emulated cluster: without this rule, sync PS at 200 Mbit/s was predicted 30% too fast,
+  because pulls overlapped pushes that in reality block them.) Where the shard has not yet posted
+  its receives when w's backward ends, gloo writes the notice ahead of w's waiting pushes; the
+  pulls still follow the pushes, because one gloo pair does not move data both ways at once
+  (`benchmarks/duplex.py`: two ranks sending 16 MB to each other take 2.00x one way, while a node
+  receiving from one peer and sending to another takes 1.00x). The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
   only when all its replies of step k have left (the runtime's server waits for its sends before it
   posts the next receives, `sgdscale.runtime.ps`), so a worker that got its parameters early
   cannot push step k+1 to that shard while the shard still replies to a slower worker. Without this
@@ -160,17 +167,17 @@ class PsRun:
         sigma = topology.nic.share_weight_sigma
         star = star and not links.shared_nics
 
-        def network(caps, pairs, kinds, hubs, seed):
+        def network(caps, pairs, kinds, hubs, key_offset):
             if star and StarNetwork.applies(caps, pairs, hubs):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed)
             else:
-                net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed)
+                net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset)
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, seed)
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0)
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
-        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, seed + 1)
+        self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -240,7 +247,7 @@ class PsRun:
         notice_k = [[-1] * shards for _ in range(n)]
         notice_t = [[0.0] * shards for _ in range(n)]
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
-        early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
+        bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
         alpha_s = self.links_alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -297,7 +304,7 @@ class PsRun:
                 rec.compute(w, k, t0, extra, j0, j, have_t[w] if k > 0 else None, need)
             if j == L:
                 _, _, bwd, rel, _, _ = tab[w]
-                t_end = t + bwd
+                t_end = bwd_end[w] = t + bwd
                 busy[w] += comp + bwd
                 cend[w] = t_end
                 lr = last_release[w]
@@ -366,17 +373,19 @@ class PsRun:
             count = pw[s] + 1
             if count < per_shard[s]:
                 pw[s] = count
-            else:  # w's last push of step k to s: its notice follows (unless it went first)
-                pw[s] = 0
-                if early_notice[w][s] != k:
-                    notice_k[w][s] = k
-                    notice_t[w][s] = arrival
+            else:  # w's last push of step k to s: its notice follows, and not before w posted
+                pw[s] = 0  # it, when its backward ended
+                nt = bwd_end[w] + alpha_s
+                if nt < arrival:
+                    nt = arrival
+                notice_k[w][s] = k
+                notice_t[w][s] = nt
                 waiting_pulls = held[w][s]
                 if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
                     held[w][s] = []
                     conn = pull_conn[s][w]
                     for nb, ready, tok, kk in waiting_pulls:
-                        pull_send(conn, nb, ready if ready > arrival else arrival, lnow, tok, kk)
+                        pull_send(conn, nb, ready if ready > nt else nt, lnow, tok, kk)
             if sync:
                 arr = arrivals[k & 1]
                 arr[m] += 1
@@ -444,16 +453,6 @@ class PsRun:
                 w = a
                 k = it[w]
                 ends[w].append(now)
-                if sync and k > 0:
-                    # w posts its pull receives now. Where shard s has not yet posted its receives
-                    # of step k (so w's pushes to s wait, unwritten), w's notice is the first thing
-                    # on the connection: it arrives alpha later, ahead of those pushes.
-                    nw, tw = notice_k[w], notice_t[w]
-                    for s in range(shards):
-                        if (posted_k[s] < k - 1 or posted_t[s] > now) and nw[s] < k:
-                            nw[s] = k
-                            tw[s] = now + alpha_s
-                            early_notice[w][s] = k
                 if k >= warmup:
                     t = tab[w]
                     step_compute[w].append(t[0] + t[1][L] + t[2])

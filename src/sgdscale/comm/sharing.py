@@ -1,0 +1,32 @@
+"""How unequally concurrent TCP flows share one link, as the prediction methods model it.
+
+Flows converging on one shaped link do not finish together (`benchmarks/incast_fairness.py`: the
+first of 4 equal senders done at 0.87 of the last one's time). The fine method shares links
+weighted max-min, each flow (one connection's messages of one step) weighted exp(sigma * z), z
+standard normal (`sgdscale.fine.links`). Under that sharing, k equal flows started together finish
+in the order of their weights, the heaviest first at sum(phi) / (k * max(phi)) of the last one's
+time (the last finishes when all bytes are through, as under equal sharing). `first_over_last` is
+that fraction, which the coarse method uses for when the first worker is done pushing, and which
+netbench's sharing fit inverts.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+DRAWS = 20_000  # Monte Carlo draws: the fraction to about 1e-3, deterministic (fixed seed)
+
+
+@lru_cache(maxsize=256)
+def first_over_last(senders: int, sigma: float, statistic: str = "mean") -> float:
+    """Mean (or median) over log-normal(0, sigma) weights of sum(phi) / (senders * max(phi)): when
+    the first of `senders` equal flows started together finishes, as a fraction of the last's time.
+    1 for one sender or sigma = 0."""
+    if senders <= 1 or sigma <= 0.0:
+        return 1.0
+    z = np.random.default_rng(0).standard_normal((DRAWS, senders))
+    phi = np.exp(sigma * z)
+    ratio = phi.sum(axis=1) / (senders * phi.max(axis=1))
+    return float(np.median(ratio) if statistic == "median" else ratio.mean())
