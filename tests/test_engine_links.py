@@ -140,7 +140,7 @@ def test_star_network_equals_max_min_network(senders, fan_in, private, shared, a
         for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
             who %= senders
             last[who] = max(last[who], release)
-            net.send(conns[who], nbytes, last[who], 0.0, token=token)
+            net.send(conns[who], nbytes, last[who], 0.0, token=token, tag=int(last[who]))
         out = sorted((tok, t) for t, tok, _ in run_network(net))
         end = max(t for _, t in out)
         results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
@@ -188,7 +188,7 @@ def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub,
         for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):
             c = conns[(w % workers) * hubs + (h % hubs)]
             last[c] = max(last[c], release)
-            net.send(c, nbytes, last[c], 0.0, token=token)
+            net.send(c, nbytes, last[c], 0.0, token=token, tag=int(last[c]))
         out = sorted((tok, t) for t, tok, _ in run_network(net))
         end = max(t for _, t in out)
         results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
@@ -218,9 +218,9 @@ def test_hybrid_network_switches_modes_and_stays_exact():
 
 
 def _burst_weights(seed, sigma, conns):
-    """The first-burst weight of connections 0..conns-1 (draws depend only on seed, connection, burst)."""
+    """Weights of burst (tag) 0 of connections 0..conns-1 (a draw depends only on seed, connection, tag)."""
     probe = LinkNetwork(EventQueue(), [1.0, 1.0], 0.0, weight_sigma=sigma, seed=seed)
-    return [probe.burst_weight(probe.add_connection(0, 1)) for _ in range(conns)]
+    return [probe.burst_weight(probe.add_connection(0, 1), 0) for _ in range(conns)]
 
 
 @pytest.mark.parametrize("cls", [LinkNetwork, StarNetwork])
@@ -256,7 +256,7 @@ def test_weighted_star_leaves_star_mode_where_a_fast_hub_would_overfill_an_edge(
         conns = [net.add_connection(w, 12) for w in range(12)]
         for i, c in enumerate(conns):
             net.send(c, 20.0 + 3 * i, 0.1 * i, 0.0, token=i)
-            net.send(c, 30.0, 9.0 + 0.1 * i, 0.0, token=100 + i)
+            net.send(c, 30.0, 9.0 + 0.1 * i, 0.0, token=100 + i, tag=1)
         return run_network(net), net
 
     star, net = go(StarNetwork)
@@ -305,7 +305,7 @@ def test_bytes_carried_mid_run_equals_max_min_network(sigma, hub_Bps):
         for token, (w, h, nbytes, release) in enumerate(msgs):
             c = conns[w * hubs + h]
             last[c] = max(last[c], release)
-            net.send(c, nbytes, last[c], 0.0, token=token)
+            net.send(c, nbytes, last[c], 0.0, token=token, tag=int(last[c]))
         seen.append(_bytes_while_running(net, [0.37 + 0.61 * i for i in range(40)]))
     assert len(seen[0]) == len(seen[1]) == 40
     assert any(0.0 < sum(row) < sum(seen[0][-1]) for row in seen[0])  # some probes fall mid-run

@@ -52,8 +52,9 @@ class StarNetwork(LinkNetwork):
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
                  kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None,
-                 weight_sigma: float = 0.0, seed: int = 0) -> None:
-        super().__init__(queue, capacities_Bps, alpha_s, kinds, weight_sigma=weight_sigma, seed=seed)
+                 weight_sigma: float = 0.0, seed: int = 0, key_offset: int = 0) -> None:
+        super().__init__(queue, capacities_Bps, alpha_s, kinds, weight_sigma=weight_sigma, seed=seed,
+                         key_offset=key_offset)
         self.hub_set = set(shared) if shared is not None else None
         nl = len(self.cap)
         # Per hub: active connections, rate per unit weight (dV/dt), virtual clock and its time,
@@ -90,8 +91,8 @@ class StarNetwork(LinkNetwork):
         self.c_head_bytes.append(0.0)
         return c
 
-    def burst_weight(self, conn: int) -> float:
-        w = super().burst_weight(conn)
+    def burst_weight(self, conn: int, tag: int) -> float:
+        w = super().burst_weight(conn, tag)
         if w > self.w_max:
             self.w_max = w
         return w
@@ -232,7 +233,7 @@ class StarNetwork(LinkNetwork):
             self._head_arrived(conn, now)
 
     def _head_arrived(self, conn: int, now: float) -> None:
-        release_s, nbytes, _, _ = self.c_queue[conn][0]
+        release_s, nbytes, _, tag = self.c_queue[conn][0]
         self.c_head_bytes[conn] = nbytes
         if release_s > now or not self.star:
             super()._head_arrived(conn, now)
@@ -240,7 +241,8 @@ class StarNetwork(LinkNetwork):
         h = self.c_hub[conn]
         self._advance(h, now)
         if self.weighted:
-            w = self.c_w[conn] = self.burst_weight(conn)  # idle -> moving: a new burst, as in LinkNetwork
+            w = self.c_w[conn] = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
+            self.c_tag[conn] = tag
             self.s_w[h] += w
             fin = self.s_v[h] + nbytes / w
         else:
@@ -262,7 +264,7 @@ class StarNetwork(LinkNetwork):
         (one call per message), where reading each list from the instance cost 8% of a run
         (benchmarks/predict_speed.py). Set as the instance's `on_done` in `__init__`."""
         s_ver, s_rate, s_vt, s_v, s_k, s_heap = self.s_ver, self.s_rate, self.s_vt, self.s_v, self.s_k, self.s_heap
-        s_w, c_w = self.s_w, self.c_w
+        s_w, c_w, c_tag, weighted = self.s_w, self.c_w, self.c_tag, self.weighted
         c_queue, c_sent, c_start, c_fin, c_head_bytes = self.c_queue, self.c_sent, self.c_start, self.c_fin, \
             self.c_head_bytes
         gheap, gseq, seq2 = self.queue.heap, self.queue.seq, self._seq2
@@ -301,8 +303,9 @@ class StarNetwork(LinkNetwork):
                 heappush(gheap, (now + alpha_s, next(gseq), self.kind_deliver, token, tag))
             if not self.star:  # a delivery handler that sent on this network switched it
                 return
-            if q and q[0][0] <= now:
-                # Backlogged: the next message starts at once; same count, same rate.
+            if q and q[0][0] <= now and (not weighted or q[0][3] == c_tag[conn]):
+                # Backlogged: the next message starts at once; same count, same rate (a message of
+                # another burst has another weight: it leaves and comes back below).
                 nb = q[0][1]
                 c_head_bytes[conn] = nb
                 fin = v + nb / c_w[conn]  # same burst, same weight (exact when 1)
@@ -324,7 +327,7 @@ class StarNetwork(LinkNetwork):
                 self.edge_active[self.c_edge[conn]].remove(conn)
             self._reschedule(hub, now)
             if q:
-                self._head_arrived(conn, now)  # schedules its release (in the future)
+                self._head_arrived(conn, now)  # a new burst now, or its release scheduled
             if check and self.star and s_rate[hub] > old_rate and not self._feasible(
                     [self.c_edge[e[2]] for e in lheap]):
                 self._to_general(now)

@@ -169,7 +169,8 @@ class PsRun:
 
         def network(caps, pairs, kinds, hubs, key_offset):
             if star and StarNetwork.applies(caps, pairs, hubs):
-                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed)
+                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
+                                  key_offset=key_offset)
             else:
                 net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset)
             conns = [net.add_connection(up, down) for up, down in pairs]
