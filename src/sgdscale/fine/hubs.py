@@ -18,12 +18,13 @@ min(p, .) in star mode (with unequal weights a capped connection would move off 
 so a hub faster than its edges leaves star mode whenever a connection's w dV/dt would exceed p.
 
 With one server shard and identical workers the edge links are private and star mode always
-holds (weighted: while the hub is no faster than the edges, as w C / W <= C). With several shards a worker's NIC carries one connection per shard, so every rate rise is
-checked; when a change would put an edge link over capacity the network converts its state (bytes
-left per connection) to `LinkNetwork`'s general progressive filling, and after each general
-reallocation converts back if the rates are the star rates again (weights and bytes left carried
-both ways). Hub events carry a = -1 - hub, so `on_done` tells them from per-connection events.
-Exactly the same answer as `LinkNetwork` (tests check it), with far fewer rate recomputations.
+holds (weighted: while the hub is no faster than the edges, as w C / W <= C). With several shards
+a worker's NIC carries one connection per shard, so every rate rise is checked; when a change
+would put an edge link over capacity the network converts its state (bytes left per connection)
+to `LinkNetwork`'s general progressive filling, and after each general reallocation converts
+back if the rates are the star rates again (weights and bytes left carried both ways). Hub events
+carry a = -1 - hub, so `on_done` tells them from per-connection events. Exactly the same answer
+as `LinkNetwork` (tests check it), with far fewer rate recomputations.
 """
 
 from __future__ import annotations
