@@ -76,7 +76,7 @@ def main() -> int:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     server_bps = args.server_gbps * 1e9 if args.server_gbps else None
-    name = f"ps_weighted_speed_server{args.server_gbps:g}" if args.server_gbps else "ps_weighted_speed"
+    out_name = f"ps_weighted_speed_server{args.server_gbps:g}" if args.server_gbps else "ps_weighted_speed"
     trees = {"before": args.before_src.resolve(), "after": SRC}
     rows = []
     for kind, servers in KINDS:
@@ -99,9 +99,9 @@ def main() -> int:
                    "worker_bps": 10e9, "server_bps": server_bps or 10e9,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average_at_end": list(os.getloadavg())}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"environment": environment, "results": rows},
+    (RESULTS / f"{out_name}.json").write_text(json.dumps({"environment": environment, "results": rows},
                                                                indent=1) + "\n")
-    (RESULTS / f"{name}.md").write_text(markdown(rows, environment))
+    (RESULTS / f"{out_name}.md").write_text(markdown(rows, environment))
     return 0
 
 
