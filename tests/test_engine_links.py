@@ -154,6 +154,10 @@ def test_star_network_equals_max_min_network(senders, fan_in, private, shared, a
 def test_star_applies_only_to_stars():
     assert not StarNetwork.applies([1.0, 1.0, 1.0, 1.0], [(0, 2), (0, 3), (1, 2)])  # no private link
     assert not StarNetwork.applies([1.0, 2.0, 5.0], [(0, 2), (1, 2)])  # unequal private links
+    # Weighted: not on a hub faster than its edges (a star there runs mostly general mode).
+    assert StarNetwork.applies([2.0, 2.0, 5.0], [(0, 2), (1, 2)])
+    assert not StarNetwork.applies([2.0, 2.0, 5.0], [(0, 2), (1, 2)], weighted=True)
+    assert StarNetwork.applies([2.0, 2.0, 2.0], [(0, 2), (1, 2)], weighted=True)
 
 
 from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402

@@ -314,6 +314,7 @@ def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, 
         sampler = ComputeSampler(profile, cluster, seed=5)
         rows = np.array([sampler.draw_rows() for _ in range(12)]).reshape(12, workers)
         sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
-        assert (type(sim.push_net) is StarNetwork) == star  # weighted sharing keeps the shortcut
+        # Weighted sharing keeps the shortcut, except on server NICs faster than the workers'.
+        assert (type(sim.push_net) is StarNetwork) == (star and (sigma == 0.0 or server_bw <= 1e9))
         ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)

@@ -46,10 +46,18 @@ class StarNetwork(LinkNetwork):
     connections also use is its hub (the other, private, its edge)."""
 
     @staticmethod
-    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]], shared: set[int] | None = None) -> bool:
+    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]], shared: set[int] | None = None,
+                weighted: bool = False) -> bool:
         """True when every connection has one hub link and, per hub, all its connections' edge
-        links have the same capacity (star mode is possible at all)."""
-        return _hub_edges(capacities_Bps, pairs, shared) is not None
+        links have the same capacity (star mode is possible at all); `weighted`: and no hub is
+        faster than its edges. A weighted hub faster than its edges keeps star mode only while
+        enough connections share it that none would exceed its edge, so such a network runs mostly
+        general mode, slower than `LinkNetwork` itself (benchmarks/ps_weighted_speed.py
+        --server-gbps 40: 10-25% more CPU)."""
+        roles = _hub_edges(capacities_Bps, pairs, shared)
+        if roles is None:
+            return False
+        return not weighted or all(capacities_Bps[hub] <= capacities_Bps[edge] for hub, edge in roles)
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
                  kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None,

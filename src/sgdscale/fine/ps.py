@@ -168,7 +168,7 @@ class PsRun:
         star = star and not links.shared_nics
 
         def network(caps, pairs, kinds, hubs, key_offset):
-            if star and StarNetwork.applies(caps, pairs, hubs):
+            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
                                   key_offset=key_offset)
             else:
