@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -75,7 +76,7 @@ def test_local_netbench_writes_a_valid_network_file(tmp_path):
     net = load_network(out)
     assert net.p2p.beta_s_per_byte > 0 and set(net.allreduce) == {"2"}
     assert net.allreduce["2"].beta_s_per_byte > 0
-    assert len(net.points) == 10 and all(len(p.samples_s) == 3 for p in net.points)
+    assert len(net.points) == 15 and all(len(p.samples_s) == 3 for p in net.points)  # p2p, allreduce, incast
     assert net.environment["mode"] == "local (loopback)" and net.environment["backend"] == "gloo"
 
 
@@ -94,7 +95,10 @@ def test_torchrun_ranks_then_collect(tmp_path):
     out = tmp_path / "net.json"
     assert main(["netbench", "--collect", str(tmp_path / "res"), "-o", str(out)]) == 0
     net = load_network(out)
-    assert {p.op for p in net.points} == {"p2p", "allreduce"} and "torchrun" in net.source
+    assert {p.op for p in net.points} == {"p2p", "allreduce", "incast"} and "torchrun" in net.source
+    incast = [p for p in net.points if p.op == "incast"]
+    assert all(p.senders_s and all(len(row) == 1 for row in p.senders_s) for p in incast)
+    assert net.sharing is None  # one sender says nothing about sharing
 
 
 @needs_root
@@ -104,8 +108,8 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     # 100 Mbit/s links: TCP goodput is ~95.6 Mbit/s (header overhead), measured p2p 1/beta 96 Mbit/s and
     # 2-rank all-reduce 90 Mbit/s; the bound allows for a busy machine.
     out = tmp_path / "emu.json"
-    code = main(["netbench", "--emulate", "--bandwidth", "100Mbit", "--cpu-quota", "0.8", "-o", str(out),
-                 "--min-size", "64kB", "--max-size", "2MB", "--points", "4", "--repeats", "3"])
+    code = main(["netbench", "--emulate", "--bandwidth", "100Mbit", "--cpu-quota", "0.6", "-o", str(out),
+                 "--workers", "2,3", "--min-size", "64kB", "--max-size", "2MB", "--points", "4", "--repeats", "3"])
     assert code == 0
     net = load_network(out)
     p2p_bps = 8 / net.p2p.beta_s_per_byte
@@ -113,4 +117,12 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     assert 80e6 <= p2p_bps <= 105e6, p2p_bps
     assert 70e6 <= allreduce_bps <= 105e6, allreduce_bps
     assert net.environment["mode"] == "emulated" and net.environment["bandwidth_bps"] == 100e6
+    # incast (default op): each sender's completion per repeat, and the sharing fit from the 2 MB, 2-sender one
+    incast = {(p.workers, p.bytes): p for p in net.points if p.op == "incast"}
+    assert {w for w, _ in incast} == {2, 3}
+    for (workers, _), point in incast.items():
+        assert len(point.senders_s) == 3
+        assert all(len(row) == workers - 1 and max(row) <= total for row, total in zip(point.senders_s, point.samples_s))
+    assert net.sharing is not None and set(net.sharing.first_last) == {"2"}
+    assert math.isfinite(net.sharing.weight_sigma) and net.sharing.weight_sigma >= 0
     json.loads(out.read_text())  # plain JSON on disk

@@ -14,8 +14,8 @@ For each case (model, workers, bandwidth, strategy) the grid
    once per round, right before that model's runs of the round (the node's speed drifts over
    minutes, so a profile taken long before a run misjudges it); a replay case copies its input
    profile instead,
-2. benchmarks the shaped network once per bandwidth (p2p and all-reduce for every worker count in
-   the grid; cached),
+2. benchmarks the shaped network once per bandwidth (p2p, all-reduce and incast for every worker
+   count in the grid; cached),
 3. predicts with both methods from that round's profile and the network file,
 4. runs the real training on an emulated cluster of workers (+ server shards) and
 5. records predicted, measured and the relative error.
@@ -42,7 +42,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,6 +167,20 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
+def network_bench_config(ops: Sequence[str] = ("p2p", "allreduce", "incast", "overlap")) -> dict[str, Any]:
+    """What `Validator.ensure_network` measures. overlap: how compute and a collective slow each other
+    on these nodes (comm/interference.py); incast: how unequally flows into one node share its link
+    (comm/network.py, `Sharing`), on the 1-5 MB sizes only (1.4 and 4.8 MB): bandwidth-bound, and 27%
+    of the bytes of all nine sizes (benchmarks/link_sharing.py measures what it adds)."""
+    from sgdscale.runtime.netbench import bench_config, message_sizes
+
+    sizes = message_sizes(1e3, 16e6, 9)
+    config = bench_config(sizes, repeats=5, warmup=1, ops=list(ops))
+    if "incast" in ops:
+        config["incast_sizes"] = [s for s in sizes if 1e6 <= s <= 5e6]
+    return config
+
+
 class Validator:
     """Runs a grid case by case with caching and resume; see the module docstring."""
 
@@ -224,8 +238,8 @@ class Validator:
         return path
 
     def ensure_network(self, bandwidth_bps: float) -> Path:
-        """Benchmark p2p and all-reduce for every worker count of the grid on the shaped links."""
-        from sgdscale.runtime.netbench import bench_config, message_sizes, run_netbench
+        """Benchmark p2p, all-reduce and incast for every worker count of the grid on the shaped links."""
+        from sgdscale.runtime.netbench import run_netbench
         from sgdscale.runtime.testbed import Testbed
 
         path = self.network_path(bandwidth_bps)
@@ -233,9 +247,7 @@ class Validator:
             return path
         counts = self.bench_counts()
         self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes")
-        # overlap: how compute and a collective slow each other on these nodes (comm/interference.py)
-        config = bench_config(message_sizes(1e3, 16e6, 9), repeats=5, warmup=1,
-                              ops=["p2p", "allreduce", "overlap"])
+        config = network_bench_config()
         with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores,
                      pin_cpus=self.grid.pin_cpus) as testbed:
             network = run_netbench(counts, config, placement=testbed, bandwidth_hint_bps=bandwidth_bps,

@@ -64,8 +64,9 @@ class CommModel:
                 curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
         cpu = network.cpu
         server_cpu = cpu.p2p_s_per_byte / cpu.cores if cpu is not None and cpu.p2p_s_per_byte and cpu.cores else 0.0
+        sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
-                   Interference.from_network(network), server_cpu)
+                   Interference.from_network(network), server_cpu, sigma)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

@@ -7,18 +7,30 @@ measured network instead of the nominal bandwidth and latency.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sgdscale.comm.sharing import first_over_last
 from sgdscale.errors import UserError
 from sgdscale.inputs import (BANDWIDTH_BPS, LATENCY_S, SECONDS_PER_BYTE, ByteCount, Cores, CpuSecondsPerByte,
-                             NonNegative, Positive, Seconds, Slowdown, WorkerCount, show, worker_key)
+                             NonNegative, Positive, Range, Seconds, Slowdown, WorkerCount, bounded, show, worker_key)
 from sgdscale.jsonio import read_document
 
 NETWORK_SCHEMA = "sgdscale.network/1"
+
+FIRST_LAST = Range(0, 1, low_open=True)  # first sender's completion over the last one's
+SHARE_SIGMA = Range(0, 2)  # log-normal sigma of a flow's share weight; 2 means a 7x typical weight spread
+FirstLastRatio = Annotated[float, bounded(FIRST_LAST)]
+ShareSigma = Annotated[float, bounded(SHARE_SIGMA)]
+SampleCount = Annotated[int, bounded(Range(1, 1e9, integer=True))]
+# The sharing fit uses only bandwidth-bound incast messages (see `sharing_from_points`).
+SHARING_MIN_BYTES = 1e6
+SHARING_CROSSOVER_FACTOR = 20
 
 
 class AlphaBeta(BaseModel):
@@ -43,6 +55,8 @@ class BenchPoint(BaseModel):
     samples_s: list[Seconds] = Field(min_length=1)
     median_s: Seconds
     cpu_s: list[Seconds] | None = None  # CPU time (user + system) of the busiest measured rank per repeat
+    # incast only: per repeat, when each sender's message had fully arrived at rank 0 (senders in rank order)
+    senders_s: list[list[Seconds]] | None = None
 
 
 class InterferenceFit(BaseModel):
@@ -76,6 +90,32 @@ class CpuCost(BaseModel):
     cores: Cores | None = None
 
 
+class Sharing(BaseModel):
+    """How unequally concurrent TCP flows into one node share its link, from `--ops incast`.
+
+    Senders that start together with equal messages all finish together under equal max-min sharing;
+    measured, the first is done well before the last. `weight_sigma` is the log-normal sigma of a
+    flow's weight under weighted max-min sharing that reproduces the measured median first/last
+    ratio (`fit_share_weight_sigma`; `CommModel.share_weight_sigma` hands it to the simulator).
+    `first_last` and `sigma_by_senders` hold, per sender count, the median ratio and its own sigma;
+    `repeats` how many ratios (repeats x sizes) each median is over; `bytes` the message sizes used.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weight_sigma: ShareSigma
+    first_last: dict[str, FirstLastRatio] = Field(min_length=1)
+    sigma_by_senders: dict[str, ShareSigma] = Field(default_factory=dict)
+    repeats: dict[str, SampleCount] = Field(default_factory=dict)
+    bytes: list[ByteCount] = Field(default_factory=list)
+
+    @field_validator("first_last", "sigma_by_senders", "repeats")
+    @classmethod
+    def _sender_keys(cls, values: dict[str, Any]) -> dict[str, Any]:
+        for key in values:
+            worker_key(key)
+        return values
+
+
 class Network(BaseModel):
     """Fitted cost parameters plus the raw points they came from.
 
@@ -84,10 +124,11 @@ class Network(BaseModel):
     (e.g. gloo), which the predictor uses as is for that worker count. `incast` maps a number of
     concurrent senders to the fit of the time for one node to receive M bytes in total from them:
     the ingress a parameter server really gets when N workers push at once; it is measured and
-    reported (`sgdscale netbench`) but no predictor reads it (both model a server NIC as shared
-    max-min fairly at the p2p rate). `interference` and
+    reported (`sgdscale netbench`) but no predictor reads it (both share a server NIC at the p2p
+    rate, weighted by `sharing` where present). `interference` and
     `cpu` (optional; files without them load as before) hold the compute/communication
-    interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md).
+    interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md);
+    `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -100,6 +141,7 @@ class Network(BaseModel):
     environment: dict[str, Any] = Field(default_factory=dict)
     interference: InterferenceFit | None = None
     cpu: CpuCost | None = None
+    sharing: Sharing | None = None
 
     @field_validator("allreduce", "incast")
     @classmethod
@@ -160,6 +202,67 @@ def fit_alpha_beta(nbytes: list[float] | np.ndarray, seconds: list[float] | np.n
     smallest = x == x.min()
     alpha = max(0.0, float(np.median(y[smallest] - beta * x[smallest])))
     return AlphaBeta(alpha_s=alpha, beta_s_per_byte=beta)
+
+
+def fit_share_weight_sigma(ratios_by_senders: dict[int, Sequence[float]]) -> float:
+    """The log-normal weight sigma under which GPS sharing gives the measured first/last ratios.
+
+    Per sender count k >= 2: bisection on sigma in [0, 2] until the median GPS ratio under those
+    weights (`sgdscale.comm.sharing.first_over_last`; fixed draws, so monotone in sigma) equals the
+    median measured ratio (a median of 1: sigma 0; below what sigma 2 gives: 2). The per-k sigmas are
+    averaged weighted by how many ratios each has. One sender says nothing about sharing.
+    """
+    sigmas, weights = [], []
+    for senders, ratios in ratios_by_senders.items():
+        ratios = [float(r) for r in ratios]
+        if any(FIRST_LAST.problem(r) is not None for r in ratios):
+            raise ValueError(f"first/last ratios must lie in (0, 1], got {ratios}")
+        if senders < 2 or not ratios:
+            continue
+        sigmas.append(_sigma_for(statistics.median(ratios), senders))
+        weights.append(len(ratios))
+    if not weights:
+        raise ValueError("no first/last ratios with 2 or more senders to fit a sharing sigma to")
+    return float(np.average(sigmas, weights=weights))
+
+
+def _sigma_for(target: float, senders: int) -> float:
+    low, high = SHARE_SIGMA.low, SHARE_SIGMA.high
+    if target >= 1.0:
+        return 0.0
+    if target <= first_over_last(senders, high, "median"):
+        return high
+    for _ in range(40):  # 2 / 2**40: far below what the draws resolve
+        middle = (low + high) / 2
+        low, high = (middle, high) if first_over_last(senders, middle, "median") > target else (low, middle)
+    return (low + high) / 2
+
+
+def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing | None:
+    """Fit `Sharing` from the incast points that recorded each sender's completion (None: none did).
+
+    Only bandwidth-bound messages count: at least SHARING_MIN_BYTES and SHARING_CROSSOVER_FACTOR
+    times the p2p crossover alpha/beta. In smaller ones the startup cost (alpha, and rank 0 noticing
+    a completion) is more than 1/20 of the time and spreads the completions for reasons that are not
+    link sharing, while the simulator's weights only act on bytes on the wire. Above that the spread
+    still shrinks with the message (benchmarks/results/sharing/README.md: 4 senders at 800 Mbit/s,
+    sigma ~0.26 from 1-4 MB, ~0.12 from 8-16 MB), so `bytes` says what a fit stands for.
+    """
+    min_bytes = max(SHARING_MIN_BYTES, SHARING_CROSSOVER_FACTOR * p2p.alpha_s / p2p.beta_s_per_byte)
+    ratios: dict[int, list[float]] = {}
+    sizes: set[int] = set()
+    for point in points:
+        if point.op != "incast" or not point.senders_s or point.bytes < min_bytes or point.workers < 3:
+            continue
+        ratios.setdefault(point.workers - 1, []).extend(min(r) / max(r) for r in point.senders_s if min(r) > 0)
+        sizes.add(point.bytes)
+    ratios = {k: v for k, v in ratios.items() if v}
+    if not ratios:
+        return None
+    return Sharing(weight_sigma=fit_share_weight_sigma(ratios),
+                   first_last={str(k): statistics.median(v) for k, v in sorted(ratios.items())},
+                   sigma_by_senders={str(k): fit_share_weight_sigma({k: v}) for k, v in sorted(ratios.items())},
+                   repeats={str(k): len(v) for k, v in sorted(ratios.items())}, bytes=sorted(sizes))
 
 
 def load_network(path: str | Path) -> Network:

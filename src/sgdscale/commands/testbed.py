@@ -157,9 +157,20 @@ def fits_table(network) -> Table:
                 budget = f" -> CPU-bound rate {format_bandwidth(8 * cpu.cores / value)} at {cpu.cores:g} cores" \
                     if cpu.cores else ""
                 notes.append(f"CPU cost of transport ({what}): {value * 1e9:.3g} ns/B{budget}")
+    if network.sharing is not None:
+        notes.append(sharing_line(network.sharing))
     if notes:
         table.caption = "\n".join(notes)
     return table
+
+
+def sharing_line(sharing) -> str:
+    """The link-sharing fit in one line: sigma, and what it was fitted to."""
+    measured = ", ".join(f"{sharing.first_last[k]:.3f} with {k} senders ({sharing.repeats.get(k, '?')} repeats)"
+                         for k in sorted(sharing.first_last, key=int))
+    sizes = ", ".join(format_bytes(b) for b in sharing.bytes)
+    return (f"link sharing: weight sigma {sharing.weight_sigma:.3f} (weighted max-min); first / last sender "
+            f"done, median: {measured}; messages {sizes}")
 
 
 @click.command("netbench")
@@ -171,20 +182,23 @@ def fits_table(network) -> Table:
 @click.option("--points", default=8, show_default=True, help="Log-spaced message sizes from min to max.")
 @click.option("--repeats", default=5, show_default=True, help="Timed repeats per size (median is fitted).")
 @click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
-@click.option("--ops", default="p2p,allreduce", show_default=True,
-              help="Which operations: p2p, allreduce, incast (N-1 senders into one node), overlap (compute/"
-                   "communication interference, with the most workers).")
+@click.option("--ops", default="p2p,allreduce,incast", show_default=True,
+              help="Which operations: p2p, allreduce, incast (N-1 senders into one node; with 3 or more "
+                   "processes it fits how unequally flows share a link), overlap (compute/communication "
+                   "interference, with the most workers).")
 @click.option("--overlap-size", default=None, help="All-reduce size for --ops overlap. [default: --max-size]")
 @click.option("--emulate", is_flag=True, help="Run each rank on its own node of an emulated cluster.")
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")
 @click.option("--cpu-quota", default=None,
               help="Cores per node with --emulate (one value or one per node); default: 90 percent of the cores, split evenly.")
+@click.option("--pin-cpus/--no-pin-cpus", default=False, show_default=True,
+              help="With --emulate, also pin each node to its own core(s), as `train` and `validate` do.")
 @click.option("--write-config", type=click.Path(dir_okay=False),
               help="Only write the rank config for a real cluster (torchrun) and exit.")
 @click.option("--collect", type=click.Path(file_okay=False),
               help="Fit the result-*.json files torchrun ranks wrote to this directory.")
 def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, overlap_size, emulate, bandwidth,
-             cpu_quota, write_config, collect) -> None:
+             cpu_quota, pin_cpus, write_config, collect) -> None:
     """Measure point-to-point and all-reduce time against message size (gloo), fit alpha-beta,
     and write a network file for `sgdscale predict --network FILE`.
 
@@ -244,9 +258,10 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
 
             nodes = max(counts)
             quotas = parse_cpu_quota(cpu_quota, nodes)
-            environment = {"mode": "emulated", "nodes": nodes, "bandwidth_bps": rate, "cpu_quota_cores": quotas}
+            environment = {"mode": "emulated", "nodes": nodes, "bandwidth_bps": rate, "cpu_quota_cores": quotas,
+                           "pin_cpus": pin_cpus}
             progress.update(task, description=f"netbench on {nodes} emulated nodes at {format_bandwidth(rate)}")
-            with Testbed(nodes, rate, quotas) as bed:
+            with Testbed(nodes, rate, quotas, pin_cpus=pin_cpus) as bed:
                 environment["tbf"] = {"burst_bytes": bed.tbf.burst_bytes, "limit_bytes": bed.tbf.limit_bytes}
                 source = (f"netbench on an emulated cluster: {nodes} nodes, {format_bandwidth(rate)} tbf links, "
                           f"{', '.join(f'{q:g}' for q in quotas)} cores")
@@ -255,6 +270,8 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
         else:
             if cpu_quota is not None:
                 raise UserError("--cpu-quota only applies with --emulate")
+            if pin_cpus:
+                raise UserError("--pin-cpus only applies with --emulate")
             environment = {"mode": "local (loopback)", "processes": counts}
             progress.update(task, description="netbench on this machine (loopback)")
             network = nb.run_netbench(counts, config, on_progress=on_progress, environment=environment,

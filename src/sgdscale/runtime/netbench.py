@@ -8,6 +8,8 @@ What is measured (gloo, CPU tensors, float32 payloads):
 - incast: ranks 1..N-1 each send M bytes to rank 0 at once (what parameter-server pushes do to a
   server); one sample is rank 0's time from the barrier until it has all (N-1)*M bytes. Many TCP
   flows converging on one shaped link reach less than one flow does, and this measures how much.
+  Rank 0 also records when each sender's message completed (one waiting thread each): the spread says how unequally the flows shared the link (`sgdscale.comm.network.Sharing`).
+  `incast_sizes` in the config (default: `sizes`) runs incast on fewer sizes.
 - overlap: compute/communication interference. Every rank runs a fixed compute loop (convolution
   and matrix products, like backward) alone, then while an all-reduce of the largest size is in
   flight; and the all-reduce alone, then while the compute loop runs in a second thread. One
@@ -43,7 +45,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sgdscale.comm.network import AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, fit_alpha_beta
+from sgdscale.comm.network import (AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, fit_alpha_beta,
+                                   sharing_from_points)
 from sgdscale.errors import UserError
 
 BENCH_TARGET = "sgdscale.runtime.netbench:bench_rank"
@@ -79,9 +82,16 @@ def bench_config(sizes: Sequence[int], repeats: int, warmup: int, ops: Sequence[
     return {"sizes": [int(s) for s in sizes], "repeats": int(repeats), "warmup": int(warmup), "ops": list(ops)}
 
 
+def op_sizes(config: dict[str, Any], op: str) -> list[int]:
+    """The message sizes `op` runs (incast may run fewer: `incast_sizes`)."""
+    if op == "incast" and config.get("incast_sizes"):
+        return [int(s) for s in config["incast_sizes"]]
+    return [int(s) for s in config["sizes"]]
+
+
 def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
     ops = [op for op in config["ops"] if op in POINT_OPS and (op == "allreduce" or world_size >= 2)]
-    steps = len(ops) * len(config["sizes"]) * (config["repeats"] + config["warmup"])
+    steps = sum(len(op_sizes(config, op)) for op in ops) * (config["repeats"] + config["warmup"])
     if "overlap" in config["ops"]:
         steps += config["repeats"] + config["warmup"]
     return steps
@@ -171,6 +181,7 @@ def bench_rank(ctx) -> dict[str, Any]:
     repeats, warmup = config["repeats"], config["warmup"]
     samples: dict[str, dict[str, list[float]]] = {}
     cpu: dict[str, dict[str, list[float]]] = {}
+    completions: dict[str, list[list[float]]] = {}  # incast on rank 0: per size, per repeat, per sender
     overlap: dict[str, list[float]] = {}
     done = 0
     if "overlap" in config["ops"]:
@@ -190,10 +201,11 @@ def bench_rank(ctx) -> dict[str, Any]:
             continue
         samples[op] = {}
         cpu[op] = {}
-        for nbytes in config["sizes"]:
+        for nbytes in op_sizes(config, op):
             tensor = torch.zeros(nbytes // ELEMENT_BYTES, dtype=torch.float32)
             kept: list[float | None] = []
             kept_cpu: list[float] = []
+            kept_senders: list[list[float]] = []
             for repeat in range(warmup + repeats):
                 dist.barrier()
                 cpu_start = _cpu_s()
@@ -204,8 +216,7 @@ def bench_rank(ctx) -> dict[str, Any]:
                 elif op == "incast":
                     if rank == 0:
                         buffers = [torch.empty_like(tensor) for _ in range(1, world)]
-                        for work in [dist.irecv(buf, src=src) for src, buf in zip(range(1, world), buffers)]:
-                            work.wait()
+                        senders_s = _incast_receive(dist, buffers, start)
                         elapsed = time.perf_counter() - start
                     else:
                         dist.send(tensor, dst=0)
@@ -223,12 +234,44 @@ def bench_rank(ctx) -> dict[str, Any]:
                 if repeat >= warmup:
                     kept.append(elapsed)
                     kept_cpu.append(_cpu_s() - cpu_start)
+                    if op == "incast" and rank == 0:
+                        kept_senders.append(senders_s)
                 done += 1
                 ctx.report_progress(done)
             samples[op][str(nbytes)] = kept
             cpu[op][str(nbytes)] = kept_cpu
+            if kept_senders:
+                completions[str(nbytes)] = kept_senders
     return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
-            "torch": torch.__version__, "host": platform.node()}
+            "incast_senders_s": completions, "torch": torch.__version__, "host": platform.node()}
+
+
+def _incast_receive(dist, buffers, start: float) -> list[float]:
+    """Receive one message from each of ranks 1..N-1 into `buffers`; return when each completed (s
+    after `start`, in rank order). One waiting thread per receive: a blocking wait on one would hide
+    when the others finished, and gloo's `is_completed()` on a receive stays False until `wait()`
+    (polling it never returns)."""
+    import threading
+
+    works = [dist.irecv(buf, src=src) for src, buf in enumerate(buffers, start=1)]
+    done_s: list[float] = [math.nan] * len(works)
+    errors: list[BaseException] = []
+
+    def wait_for(index: int) -> None:
+        try:
+            works[index].wait()
+        except BaseException as error:  # re-raised on the calling thread
+            errors.append(error)
+        done_s[index] = time.perf_counter() - start
+
+    threads = [threading.Thread(target=wait_for, args=(i,), daemon=True) for i in range(len(works))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return done_s
 
 
 def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
@@ -240,6 +283,7 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
     if sorted(by_rank) != list(range(world)):
         raise UserError(f"expected results from ranks 0-{world - 1}, got ranks {sorted(by_rank)}")
     cpu_by_rank = {int(r["rank"]): r.get("cpu_s") or {} for r in results}
+    senders_by_size = next((r.get("incast_senders_s") or {} for r in results if int(r["rank"]) == 0), {})
     points: list[BenchPoint] = []
     for op in POINT_OPS:
         if op not in by_rank[0]:
@@ -255,8 +299,10 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
             per_rank_cpu = [cpu_by_rank[r].get(op, {}).get(size_text) for r in ranks]
             cpu = ([max(values) for values in zip(*per_rank_cpu)]
                    if per_rank_cpu and all(c and len(c) == len(kept) for c in per_rank_cpu) else None)
+            senders = senders_by_size.get(size_text) if op == "incast" else None
             points.append(BenchPoint(op=op, workers=world, bytes=int(size_text), samples_s=kept,
-                                     median_s=statistics.median(kept), cpu_s=cpu))
+                                     median_s=statistics.median(kept), cpu_s=cpu,
+                                     senders_s=senders if senders and len(senders) == len(kept) else None))
     return points
 
 
@@ -303,7 +349,7 @@ def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None) -> C
 def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any],
                 interference: InterferenceFit | None = None) -> Network:
     """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
-    and incast per sender count (t against the total bytes received)."""
+    and incast per sender count (t against the total bytes received) with the link-sharing fit."""
     incast: dict[str, AlphaBeta] = {}
     for world in sorted({p.workers for p in points if p.op == "incast"}):
         chosen = [p for p in points if p.op == "incast" and p.workers == world]
@@ -328,7 +374,8 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     quotas = environment.get("cpu_quota_cores")  # one value, or one per node
     cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
-                   environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores))
+                   environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores),
+                   sharing=sharing_from_points(points, p2p))
 
 
 def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -> float:
@@ -340,8 +387,9 @@ def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -
             per_repeat += 2 * wire_s + 0.01
         if "allreduce" in config["ops"]:
             per_repeat += 2 * (workers - 1) / workers * wire_s * 2 + 0.01 * workers
-        if "incast" in config["ops"]:
-            per_repeat += (workers - 1) * wire_s + 0.01
+    if "incast" in config["ops"]:
+        for nbytes in op_sizes(config, "incast"):
+            per_repeat += (workers - 1) * nbytes * 8 / bandwidth_bps + 0.01
     if "overlap" in config["ops"]:
         wire_s = int(config.get("overlap_bytes") or max(config["sizes"])) * 8 / bandwidth_bps
         per_repeat += 2 * 2 * wire_s * 3 + 2.0  # two all-reduces, slowed, plus the compute units
@@ -399,7 +447,8 @@ def run_netbench(
             on_progress(done_before, total)
     env = {"backend": "gloo", "torch": torch_version, "host": platform.node(),
            "python": platform.python_version(), "repeats": config["repeats"], "warmup": config["warmup"],
-           "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier",
+           "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier; "
+                     "incast: rank 0 from a common barrier until every sender's message arrived",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
     return fit_network(points, source=source, environment=env, interference=interference)
 
