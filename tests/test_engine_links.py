@@ -1,5 +1,8 @@
 """The flow-level link model: max-min fair sharing of full-duplex NIC links."""
 
+import heapq
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -119,22 +122,25 @@ from sgdscale.fine.hubs import StarNetwork  # noqa: E402
     shared=st.floats(1.0, 100.0),
     alpha=st.floats(0.0, 0.5),
     msgs=st.lists(st.tuples(st.integers(0, 5), st.floats(0.0, 60.0), st.floats(0.0, 8.0)), min_size=1, max_size=25),
+    sigma=st.sampled_from([0.0, 0.13, 0.6]),
+    seed=st.integers(0, 2**31),
 )
-def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs):
-    """The virtual-time star model gives the same deliveries as progressive filling."""
+def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed):
+    """The virtual-time star model gives the same deliveries as progressive filling, with equal
+    sharing and with per-burst weights (generalized processor sharing at the hub)."""
     caps = [private] * senders + [shared]
     # fan-in: private uplinks into one shared downlink (pushes); fan-out: the reverse (pulls).
     pairs = [(i, senders) if fan_in else (senders, i) for i in range(senders)]
     assert StarNetwork.applies(caps, pairs)
     results = []
     for cls in (LinkNetwork, StarNetwork):
-        net = cls(EventQueue(), caps, alpha)
+        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed)
         conns = [net.add_connection(*pair) for pair in pairs]
         last = [0.0] * senders
         for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
             who %= senders
             last[who] = max(last[who], release)
-            net.send(conns[who], nbytes, last[who], 0.0, token=token)
+            net.send(conns[who], nbytes, last[who], 0.0, token=token, tag=int(last[who]))
         out = sorted((tok, t) for t, tok, _ in run_network(net))
         end = max(t for _, t in out)
         results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
@@ -148,6 +154,10 @@ def test_star_network_equals_max_min_network(senders, fan_in, private, shared, a
 def test_star_applies_only_to_stars():
     assert not StarNetwork.applies([1.0, 1.0, 1.0, 1.0], [(0, 2), (0, 3), (1, 2)])  # no private link
     assert not StarNetwork.applies([1.0, 2.0, 5.0], [(0, 2), (1, 2)])  # unequal private links
+    # Weighted: not on a hub faster than its edges (a star there runs mostly general mode).
+    assert StarNetwork.applies([2.0, 2.0, 5.0], [(0, 2), (1, 2)])
+    assert not StarNetwork.applies([2.0, 2.0, 5.0], [(0, 2), (1, 2)], weighted=True)
+    assert StarNetwork.applies([2.0, 2.0, 2.0], [(0, 2), (1, 2)], weighted=True)
 
 
 from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402
@@ -163,29 +173,34 @@ from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402
     alpha=st.floats(0.0, 0.5),
     msgs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.floats(0.0, 60.0), st.floats(0.0, 8.0)),
                   min_size=1, max_size=30),
+    sigma=st.sampled_from([0.0, 0.13, 0.6]),
+    seed=st.integers(0, 2**31),
 )
-def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs):
-    """Several server NICs (hubs), each worker NIC (edge) with one connection per hub: the hybrid
-    star/general network switches modes but delivers exactly what progressive filling does."""
+def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs, sigma, seed):
+    """Several server NICs (hubs), each worker NIC (edge) with one connection per hub, hubs faster
+    or slower than edges, equal or weighted sharing: the hybrid star/general network switches
+    modes but delivers exactly what progressive filling does."""
     caps = [edge] * workers + [hub] * hubs
     hub_links = set(range(workers, workers + hubs))
     pairs = [((w, workers + h) if fan_in else (workers + h, w)) for w in range(workers) for h in range(hubs)]
     results = []
     for cls in (LinkNetwork, HybridNetwork):
-        net = cls(EventQueue(), caps, alpha) if cls is LinkNetwork else cls(EventQueue(), caps, alpha,
-                                                                             shared=hub_links)
+        extra = {} if cls is LinkNetwork else {"shared": hub_links}
+        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, **extra)
         conns = [net.add_connection(*pair) for pair in pairs]
         last = [0.0] * len(conns)
         for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):
             c = conns[(w % workers) * hubs + (h % hubs)]
             last[c] = max(last[c], release)
-            net.send(c, nbytes, last[c], 0.0, token=token)
+            net.send(c, nbytes, last[c], 0.0, token=token, tag=int(last[c]))
         out = sorted((tok, t) for t, tok, _ in run_network(net))
-        results.append(out)
-    a, b = results
+        end = max(t for _, t in out)
+        results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
+    (a, bytes_a), (b, bytes_b) = results
     assert [tok for tok, _ in a] == [tok for tok, _ in b]
     for (_, ta), (_, tb) in zip(a, b):
         assert ta == pytest.approx(tb, rel=1e-9, abs=1e-9)
+    assert bytes_a == pytest.approx(bytes_b, rel=1e-9, abs=1e-6)
 
 
 def test_hybrid_network_switches_modes_and_stays_exact():
@@ -204,3 +219,99 @@ def test_hybrid_network_switches_modes_and_stays_exact():
     assert net.switches >= 2  # star -> general (a worker NIC binds) -> star again
     assert [tok for _, tok, _ in hybrid] == [tok for _, tok, _ in general]
     assert [t for t, _, _ in hybrid] == pytest.approx([t for t, _, _ in general], rel=1e-12)
+
+
+def _burst_weights(seed, sigma, conns):
+    """Weights of burst (tag) 0 of connections 0..conns-1 (a draw depends only on seed, connection, tag)."""
+    probe = LinkNetwork(EventQueue(), [1.0, 1.0], 0.0, weight_sigma=sigma, seed=seed)
+    return [probe.burst_weight(probe.add_connection(0, 1), 0) for _ in range(conns)]
+
+
+@pytest.mark.parametrize("cls", [LinkNetwork, StarNetwork])
+@pytest.mark.parametrize("edge_Bps", [10.0, 25.0])
+def test_two_weighted_flows_on_one_hub_finish_at_the_gps_times(cls, edge_Bps):
+    """Two flows of b bytes with weights w1 > w2 into one hub of capacity C (edges no slower than
+    C): the heavier moves at w1 C / (w1 + w2) and finishes at b (w1 + w2) / (w1 C); then the
+    other has the hub alone and finishes at 2b / C (the hub was saturated throughout)."""
+    seed, sigma, b, C = 3, 0.5, 40.0, 10.0
+    w = _burst_weights(seed, sigma, 2)
+    assert w[0] != w[1]
+    net = cls(EventQueue(), [edge_Bps, edge_Bps, C], 0.0, weight_sigma=sigma, seed=seed)
+    conns = [net.add_connection(i, 2) for i in range(2)]  # all connections before the first send
+    for i, c in enumerate(conns):
+        net.send(c, b, 0.0, 0.0, token=i)
+    heavy = 0 if w[0] > w[1] else 1
+    w1, w2 = w[heavy], w[1 - heavy]
+    out = run_network(net)
+    assert [tok for _, tok, _ in out] == [heavy, 1 - heavy]
+    assert out[0][0] == pytest.approx(b * (w1 + w2) / (w1 * C), rel=1e-12)
+    assert out[1][0] == pytest.approx(2 * b / C, rel=1e-12)
+    if cls is StarNetwork:
+        assert net.switches == 0  # the hub binds throughout: star mode all along
+
+
+def test_weighted_star_leaves_star_mode_where_a_fast_hub_would_overfill_an_edge():
+    """A hub 4x faster than the worker NICs: one weighted flow alone would get w C / w = C > p, so
+    the network goes general, and back to star once enough flows share the hub (and again as they
+    drain); exact throughout."""
+    def go(cls):
+        caps = [10.0] * 12 + [40.0]
+        net = cls(EventQueue(), caps, 0.01, weight_sigma=0.4, seed=11)
+        conns = [net.add_connection(w, 12) for w in range(12)]
+        for i, c in enumerate(conns):
+            net.send(c, 20.0 + 3 * i, 0.1 * i, 0.0, token=i)
+            net.send(c, 30.0, 9.0 + 0.1 * i, 0.0, token=100 + i, tag=1)
+        return run_network(net), net
+
+    star, net = go(StarNetwork)
+    general, _ = go(LinkNetwork)
+    assert net.switches >= 2
+    assert [tok for _, tok, _ in star] == [tok for _, tok, _ in general]
+    assert [t for t, _, _ in star] == pytest.approx([t for t, _, _ in general], rel=1e-12)
+
+
+def _bytes_while_running(net, probes_s):
+    """`run_network`, also reading every link's bytes carried at each probe time (mid-transfer)."""
+    heap = net.queue.heap
+    for t in probes_s:
+        net.queue.push(t, 99)  # a kind the network does not handle: a pure probe
+    now, seen = 0.0, []
+    while True:
+        if net.dirty and (not heap or heap[0][0] > now):
+            net.reallocate(now)
+        if not heap:
+            return seen
+        now, _, kind, a, b = heapq.heappop(heap)
+        if kind == net.kind_done:
+            net.on_done(a, b, now)
+        elif kind == net.kind_release:
+            net.on_release(a, now)
+        elif kind == 99:
+            seen.append([net.bytes_carried(link, now) for link in range(len(net.cap))])
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.3])
+@pytest.mark.parametrize("hub_Bps", [5.0, 40.0])
+def test_bytes_carried_mid_run_equals_max_min_network(sigma, hub_Bps):
+    """Bytes each link has carried, read while messages move (as PS accounting does at step ends):
+    the star network (weighted or not, in either mode) reports what progressive filling does."""
+    rng = random.Random(7)
+    workers, hubs = 5, 2
+    caps = [10.0] * workers + [hub_Bps] * hubs
+    msgs = sorted(((rng.randrange(workers), rng.randrange(hubs), rng.uniform(1, 40), rng.uniform(0, 10))
+                   for _ in range(60)), key=lambda m: m[3])
+    seen = []
+    for cls in (LinkNetwork, StarNetwork):
+        extra = {} if cls is LinkNetwork else {"shared": {workers, workers + 1}}
+        net = cls(EventQueue(), caps, 0.05, weight_sigma=sigma, seed=2, **extra)
+        conns = [net.add_connection(w, workers + h) for w in range(workers) for h in range(hubs)]
+        last = [0.0] * len(conns)
+        for token, (w, h, nbytes, release) in enumerate(msgs):
+            c = conns[w * hubs + h]
+            last[c] = max(last[c], release)
+            net.send(c, nbytes, last[c], 0.0, token=token, tag=int(last[c]))
+        seen.append(_bytes_while_running(net, [0.37 + 0.61 * i for i in range(40)]))
+    assert len(seen[0]) == len(seen[1]) == 40
+    assert any(0.0 < sum(row) < sum(seen[0][-1]) for row in seen[0])  # some probes fall mid-run
+    for a, b in zip(*seen):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-9)

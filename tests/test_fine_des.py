@@ -15,6 +15,7 @@ from sgdscale.fine.allreduce import simulate_allreduce
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
 from sgdscale.fine.ps import run_ps
 from sgdscale.fine.engine import run_dag
+from sgdscale.fine.hubs import StarNetwork
 from sgdscale.variability import ComputeSampler
 from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
 from sgdscale.strategy import Strategy
@@ -296,20 +297,24 @@ def test_measured_network_bandwidth_scales_every_nic():
     assert nic_capacities_Bps(cluster, CommModel.from_link(10e9, 1e-5))[0][0] == 10e9 / 8
 
 
+@pytest.mark.parametrize("sigma", [0.0, 0.13])
 @pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
 @pytest.mark.parametrize("workers,shards,server_bw", [(12, 1, 1e9), (12, 2, 1e9), (12, 3, 2e9), (3, 2, 1e10),
                                                      (6, 2, 1e8)])
-def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw):
-    """The virtual-time star shortcut (with its fallback) changes nothing but speed."""
+def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma):
+    """The virtual-time star shortcut (with its fallback) changes nothing but speed, with equal or
+    weighted sharing (CommModel.share_weight_sigma)."""
     profile = make_profile(layers=8, samples=4, optimizer_s=0.002)
     cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     strategy = Strategy(kind=kind, grouping="per-tensor")
-    comm = comm_for(cluster)
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
     plan = ps_plan(profile, cluster, strategy, comm)
     ends = []
     for star in (True, False):
         sampler = ComputeSampler(profile, cluster, seed=5)
         rows = np.array([sampler.draw_rows() for _ in range(12)]).reshape(12, workers)
-        ends.append(np.array(run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2,
-                                    star=star).ends))
+        sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
+        # Weighted sharing keeps the shortcut, except on server NICs faster than the workers'.
+        assert (type(sim.push_net) is StarNetwork) == (star and (sigma == 0.0 or server_bw <= 1e9))
+        ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)

@@ -9,13 +9,22 @@ advances at that rate, a moving message finishes when V reaches its virtual fini
 the earliest tag needs an event, so a change costs O(log k) instead of rescheduling all k
 connections (*star mode*).
 
+With `weight_sigma` > 0 (weighted max-min, `LinkNetwork.burst_weight`) each hub is a generalized
+processor-sharing queue: V counts bytes per unit weight and advances at C / (total weight of the
+hub's active connections); a message of b bytes on a connection of weight w finishes when V reaches
+its start tag + b / w, and the connection moves at w dV/dt. That is the weighted max-min allocation
+as long as no edge link is over capacity; unlike the equal case there is no per-connection cap
+min(p, .) in star mode (with unequal weights a capped connection would move off the virtual clock),
+so a hub faster than its edges leaves star mode whenever a connection's w dV/dt would exceed p.
+
 With one server shard and identical workers the edge links are private and star mode always
-holds. With several shards a worker's NIC carries one connection per shard, so every rate rise is
-checked; when a change would put an edge link over capacity the network converts its state (bytes
-left per connection) to `LinkNetwork`'s general progressive filling, and after each general
-reallocation converts back if the rates are the star rates again. Hub events carry a = -1 - hub,
-so `on_done` tells them from per-connection events. Exactly the same answer as `LinkNetwork`
-(tests check it), with far fewer rate recomputations.
+holds (weighted: while the hub is no faster than the edges, as w C / W <= C). With several shards
+a worker's NIC carries one connection per shard, so every rate rise is checked; when a change
+would put an edge link over capacity the network converts its state (bytes left per connection)
+to `LinkNetwork`'s general progressive filling, and after each general reallocation converts
+back if the rates are the star rates again (weights and bytes left carried both ways). Hub events
+carry a = -1 - hub, so `on_done` tells them from per-connection events. Exactly the same answer
+as `LinkNetwork` (tests check it), with far fewer rate recomputations.
 """
 
 from __future__ import annotations
@@ -37,19 +46,31 @@ class StarNetwork(LinkNetwork):
     connections also use is its hub (the other, private, its edge)."""
 
     @staticmethod
-    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]], shared: set[int] | None = None) -> bool:
+    def applies(capacities_Bps: list[float], pairs: list[tuple[int, int]], shared: set[int] | None = None,
+                weighted: bool = False) -> bool:
         """True when every connection has one hub link and, per hub, all its connections' edge
-        links have the same capacity (star mode is possible at all)."""
-        return _hub_edges(capacities_Bps, pairs, shared) is not None
+        links have the same capacity (star mode is possible at all); `weighted`: and no hub is
+        faster than its edges. A weighted hub faster than its edges keeps star mode only while
+        enough connections share it that none would exceed its edge, so such a network runs mostly
+        general mode, slower than `LinkNetwork` itself (benchmarks/ps_weighted_speed.py
+        --server-gbps 40: 10-25% more CPU)."""
+        roles = _hub_edges(capacities_Bps, pairs, shared)
+        if roles is None:
+            return False
+        return not weighted or all(capacities_Bps[hub] <= capacities_Bps[edge] for hub, edge in roles)
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
-                 kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None) -> None:
-        super().__init__(queue, capacities_Bps, alpha_s, kinds)
+                 kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None,
+                 weight_sigma: float = 0.0, seed: int = 0, key_offset: int = 0) -> None:
+        super().__init__(queue, capacities_Bps, alpha_s, kinds, weight_sigma=weight_sigma, seed=seed,
+                         key_offset=key_offset)
         self.hub_set = set(shared) if shared is not None else None
         nl = len(self.cap)
-        # Per hub: active connections, per-connection rate, virtual clock and its time, heap of
-        # (finish tag, seq, connection), event version, edge capacity of its connections.
+        # Per hub: active connections, rate per unit weight (dV/dt), virtual clock and its time,
+        # heap of (finish tag, seq, connection), event version, edge capacity of its connections,
+        # total weight of its active connections (weighted only).
         self.s_k = [0] * nl
+        self.s_w = [0.0] * nl
         self.s_rate = [0.0] * nl
         self.s_v = [0.0] * nl
         self.s_vt = [0.0] * nl
@@ -64,7 +85,8 @@ class StarNetwork(LinkNetwork):
         self.edge_active: list[list[int]] = [[] for _ in range(nl)]
         self.star = False
         self.star_possible = False
-        self.check = False  # some edge carries several connections: check it on every rate rise
+        self.check = False  # an edge may go over capacity: check it on every rate rise
+        self.w_max = 1.0  # the largest weight drawn so far (bounds every connection's weight)
         self._ready = False
         self._seq2 = itertools.count()
         self.switches = 0
@@ -78,6 +100,12 @@ class StarNetwork(LinkNetwork):
         self.c_head_bytes.append(0.0)
         return c
 
+    def burst_weight(self, conn: int, tag: int) -> float:
+        w = super().burst_weight(conn, tag)
+        if w > self.w_max:
+            self.w_max = w
+        return w
+
     def _finalize(self) -> None:
         """Decide hubs and edges once all connections exist (first message sent)."""
         self._ready = True
@@ -90,8 +118,10 @@ class StarNetwork(LinkNetwork):
                 self.c_hub[c], self.c_edge[c] = hub, edge
                 self.s_p[hub] = self.cap[edge]
                 edge_uses[edge] += 1
-            self.check = max(edge_uses) > 1
             self.hubs = sorted(set(self.c_hub))
+            # Equal shares are capped at p in star mode, so a private edge never binds; weighted
+            # shares are not, so a hub faster than its edges needs the check too.
+            self.check = max(edge_uses) > 1 or (self.weighted and any(self.cap[h] > self.s_p[h] for h in self.hubs))
             self.edge_min_cap = min(self.cap[e] for e in self.c_edge)
             self.star = True
         self.link_conns: list[list[int]] = [[] for _ in self.cap]
@@ -107,32 +137,41 @@ class StarNetwork(LinkNetwork):
         self.s_vt[hub] = now
 
     def _reschedule(self, hub: int, now: float) -> None:
-        """The hub's k connections each get min(p, C/k); schedule its next completion in virtual
-        time (a new version makes the hub's older completion event stale)."""
+        """The hub's k connections each get min(p, C/k) (weighted: w C / W, W their total weight);
+        schedule its next completion in virtual time (a new version makes the hub's older
+        completion event stale)."""
         k = self.s_k[hub]
         ver = self.s_ver[hub] + 1
         self.s_ver[hub] = ver
         if k == 0:
             self.s_rate[hub] = 0.0
+            self.s_w[hub] = 0.0  # drop rounding residue
             return
-        share = self.cap[hub] / k
-        p = self.s_p[hub]
-        rate = p if p < share else share
+        lheap = self.s_heap[hub]
+        if self.weighted:
+            if k == 1:
+                self.s_w[hub] = self.c_w[lheap[0][2]]  # exact again
+            rate = self.cap[hub] / self.s_w[hub]
+        else:
+            share = self.cap[hub] / k
+            p = self.s_p[hub]
+            rate = p if p < share else share
         self.s_rate[hub] = rate
-        left = self.s_heap[hub][0][0] - self.s_v[hub]
+        left = lheap[0][0] - self.s_v[hub]
         if left < 0.0:
             left = 0.0
         heapq.heappush(self.queue.heap, (now + left / rate, next(self.queue.seq), self.kind_done, -1 - hub, ver))
 
     def _feasible(self, edges: Iterable[int]) -> bool:
-        """No edge link among `edges` carries more than its capacity at the star rates."""
-        rate = self.s_rate
-        if sum(rate[h] for h in self.hubs if self.s_k[h]) <= self.edge_min_cap * (1 + 1e-12):
+        """No edge link among `edges` carries more than its capacity at the star rates (an edge
+        carries at most one connection per hub, each at most w_max dV/dt)."""
+        rate, c_w, c_hub = self.s_rate, self.c_w, self.c_hub
+        if sum(rate[h] for h in self.hubs if self.s_k[h]) * self.w_max <= self.edge_min_cap * (1 + 1e-12):
             return True
         for x in edges:
             total = 0.0
             for c in self.edge_active[x]:
-                total += rate[self.c_hub[c]]
+                total += c_w[c] * rate[c_hub[c]]
             if total > self.cap[x] * (1 + 1e-9):
                 return False
         return True
@@ -150,12 +189,13 @@ class StarNetwork(LinkNetwork):
                 self._advance(h, now)
                 v = self.s_v[h]
                 for fin, _, c in self.s_heap[h]:
-                    self.c_rem[c] = max(fin - v, 0.0)
+                    self.c_rem[c] = max(fin - v, 0.0) * self.c_w[c]
                     self.c_t[c] = now
                     self.c_rate[c] = 0.0
                     self.c_ver[c] += 1
                 self.s_heap[h] = []
                 self.s_k[h] = 0
+            self.s_w[h] = 0.0
             self.s_ver[h] += 1
             self.s_rate[h] = 0.0
         for c in self.active:
@@ -172,12 +212,16 @@ class StarNetwork(LinkNetwork):
             self.s_v[h] = 0.0
             self.s_vt[h] = now
             self.s_k[h] = 0
+            self.s_w[h] = 0.0
             self.s_heap[h] = []
         for c in self.active:
             h = self.c_hub[c]
             rem = self.c_rem[c] - self.c_rate[c] * (now - self.c_t[c])
             rem = rem if rem > 0.0 else 0.0
+            w = self.c_w[c]
+            rem /= w  # exact when w = 1
             self.c_fin[c] = rem
+            self.s_w[h] += w
             self.c_ver[c] += 1  # drop its pending per-connection event
             self.c_rate[c] = 0.0
             heapq.heappush(self.s_heap[h], (rem, next(self._seq2), c))
@@ -198,14 +242,20 @@ class StarNetwork(LinkNetwork):
             self._head_arrived(conn, now)
 
     def _head_arrived(self, conn: int, now: float) -> None:
-        release_s, nbytes, _, _ = self.c_queue[conn][0]
+        release_s, nbytes, _, tag = self.c_queue[conn][0]
         self.c_head_bytes[conn] = nbytes
         if release_s > now or not self.star:
             super()._head_arrived(conn, now)
             return
         h = self.c_hub[conn]
         self._advance(h, now)
-        fin = self.s_v[h] + nbytes
+        if self.weighted:
+            w = self.c_w[conn] = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
+            self.c_tag[conn] = tag
+            self.s_w[h] += w
+            fin = self.s_v[h] + nbytes / w
+        else:
+            fin = self.s_v[h] + nbytes
         self.c_fin[conn] = fin
         self.c_start[conn] = now
         heapq.heappush(self.s_heap[h], (fin, next(self._seq2), conn))
@@ -223,6 +273,7 @@ class StarNetwork(LinkNetwork):
         (one call per message), where reading each list from the instance cost 8% of a run
         (benchmarks/predict_speed.py). Set as the instance's `on_done` in `__init__`."""
         s_ver, s_rate, s_vt, s_v, s_k, s_heap = self.s_ver, self.s_rate, self.s_vt, self.s_v, self.s_k, self.s_heap
+        s_w, c_w, c_tag, weighted = self.s_w, self.c_w, self.c_tag, self.weighted
         c_queue, c_sent, c_start, c_fin, c_head_bytes = self.c_queue, self.c_sent, self.c_start, self.c_fin, \
             self.c_head_bytes
         gheap, gseq, seq2 = self.queue.heap, self.queue.seq, self._seq2
@@ -261,13 +312,15 @@ class StarNetwork(LinkNetwork):
                 heappush(gheap, (now + alpha_s, next(gseq), self.kind_deliver, token, tag))
             if not self.star:  # a delivery handler that sent on this network switched it
                 return
-            if q and q[0][0] <= now:
-                # Backlogged: the next message starts at once; same count, same rate.
+            if q and q[0][0] <= now and (not weighted or q[0][3] == c_tag[conn]):
+                # Backlogged: the next message starts at once; same count, same rate (a message of
+                # another burst has another weight: it leaves and comes back below).
                 nb = q[0][1]
                 c_head_bytes[conn] = nb
-                c_fin[conn] = v + nb
+                fin = v + nb / c_w[conn]  # same burst, same weight (exact when 1)
+                c_fin[conn] = fin
                 c_start[conn] = now
-                heappush(lheap, (v + nb, next(seq2), conn))
+                heappush(lheap, (fin, next(seq2), conn))
                 ver = s_ver[hub] + 1
                 s_ver[hub] = ver
                 left = lheap[0][0] - v
@@ -277,12 +330,13 @@ class StarNetwork(LinkNetwork):
                 return
             del active[conn]
             s_k[hub] -= 1
+            s_w[hub] -= c_w[conn]
             check = self.check
             if check:
                 self.edge_active[self.c_edge[conn]].remove(conn)
             self._reschedule(hub, now)
             if q:
-                self._head_arrived(conn, now)  # schedules its release (in the future)
+                self._head_arrived(conn, now)  # a new burst now, or its release scheduled
             if check and self.star and s_rate[hub] > old_rate and not self._feasible(
                     [self.c_edge[e[2]] for e in lheap]):
                 self._to_general(now)
@@ -298,15 +352,19 @@ class StarNetwork(LinkNetwork):
             if self.star_possible and not self.active:
                 self._to_star(now)
             return
-        k: dict[int, int] = {}
+        k: dict[int, float] = {}  # per hub: active connections (weighted: their total weight)
+        c_w = self.c_w
         for c in self.active:
             h = self.c_hub[c]
-            k[h] = k.get(h, 0) + 1
+            k[h] = k.get(h, 0) + (c_w[c] if self.weighted else 1)
         for c in self.active:
             h = self.c_hub[c]
-            share = self.cap[h] / k[h]
-            p = self.s_p[h]
-            want = p if p < share else share
+            if self.weighted:
+                want = c_w[c] * self.cap[h] / k[h]
+            else:
+                share = self.cap[h] / k[h]
+                p = self.s_p[h]
+                want = p if p < share else share
             if abs(self.c_rate[c] - want) > 1e-12 * want:
                 return
         self._to_star(now)
@@ -321,7 +379,10 @@ class StarNetwork(LinkNetwork):
                 if self.star:
                     h = self.c_hub[c]
                     v = self.s_v[h] + self.s_rate[h] * max(0.0, now - self.s_vt[h])
-                    total += max(0.0, v - (self.c_fin[c] - self.c_head_bytes[c]))
+                    if self.weighted:
+                        total += max(0.0, self.c_head_bytes[c] - (self.c_fin[c] - v) * self.c_w[c])
+                    else:
+                        total += max(0.0, v - (self.c_fin[c] - self.c_head_bytes[c]))
                 else:
                     rem = self.c_rem[c] - self.c_rate[c] * max(0.0, now - self.c_t[c])
                     total += max(0.0, self.c_head_bytes[c] - rem)

@@ -165,11 +165,12 @@ class PsRun:
 
         # NICs shared by several devices or colocated servers are not stars: general network.
         sigma = topology.nic.share_weight_sigma
-        star = star and not links.shared_nics and sigma == 0.0
+        star = star and not links.shared_nics
 
         def network(caps, pairs, kinds, hubs, key_offset):
-            if star and StarNetwork.applies(caps, pairs, hubs):
-                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs)
+            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0):
+                net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
+                                  key_offset=key_offset)
             else:
                 net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset)
             conns = [net.add_connection(up, down) for up, down in pairs]
