@@ -167,3 +167,17 @@ def test_the_netbench_report_prints_the_sharing_fit():
     assert "link sharing: weight sigma 0.221" in caption
     assert "0.950 with 2 senders (8 repeats), 0.820 with 4 senders (40 repeats)" in caption
     assert "link sharing" not in (fits_table(Network(source="x", p2p=P2P)).caption or "")
+
+
+def test_a_prediction_says_when_it_shares_links_unequally(tmp_path, capsys):
+    """The header names the measured sigma for parameter servers, and the JSON carries it."""
+    network = Network(source="x", p2p=P2P, sharing=Sharing(weight_sigma=0.2, first_last={"4": 0.85},
+                                                            repeats={"4": 8}, bytes=[4_000_000]))
+    path, out = tmp_path / "net.json", tmp_path / "p.json"
+    write_json_atomic(path, network.to_json())
+    for strategy, shown in (("ps-sync", True), ("allreduce", False)):
+        main(["predict", "mlp", "--strategy", strategy, "--workers", "2", "--network", str(path),
+              "--iterations", "5", "--json", str(out)])
+        header = capsys.readouterr().out.splitlines()[0]
+        assert ("links shared unequally (measured, sigma 0.20)" in header) is shown
+        assert json.loads(out.read_text())["inputs"]["comm"]["share_weight_sigma"] == 0.2

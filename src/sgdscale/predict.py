@@ -144,6 +144,8 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "p2p_alpha_s": comm.p2p.alpha_s,
             "p2p_beta_s_per_byte": comm.p2p.beta_s_per_byte,
             "measured_allreduce_workers": sorted(comm.measured_allreduce),
+            "server_cpu_s_per_byte": comm.server_cpu_s_per_byte,
+            "share_weight_sigma": comm.share_weight_sigma,
             "interference": (None if getattr(comm, "interference", None) is None else
                              {"compute_slowdown": comm.interference.compute_slowdown,
                               "comm_slowdown": comm.interference.comm_slowdown}),

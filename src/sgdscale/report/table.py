@@ -19,6 +19,8 @@ def header_line(prediction: Prediction) -> str:
     network = f"{format_bandwidth(cluster['bandwidth_bps'])}, latency {format_seconds(cluster['latency_s'])}"
     if kind == "allreduce":  # a parameter server runs no collective: naming one would mislead
         network += f", {comm['algorithm']} all-reduce"
+    if kind != "allreduce" and comm.get("share_weight_sigma"):  # flows share server links unequally
+        network += f", links shared unequally (measured, sigma {comm['share_weight_sigma']:.2f})"
     if kind == "allreduce" and comm.get("measured_allreduce_workers"):
         network += f" (measured fits for {','.join(map(str, comm['measured_allreduce_workers']))} workers)"
     if kind == "allreduce":
