@@ -147,6 +147,41 @@ def test_a_receive_notice_waits_for_the_end_of_backward(kind):
     np.testing.assert_allclose(out.iteration_s, 0.002 + 0.01 + 0.21, rtol=1e-6)
 
 
+def _notices_ahead_of_pushes(sigma):
+    """How many receive notices of the explicit DAG went ahead of their worker's pushes."""
+    profile = make_profile(layers=5, samples=4, seed=3)
+    cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=1, ps_bandwidth_bps=6e8,
+                      compute_scale=(1.0, 1.7, 0.9))
+    strategy = Strategy(kind="ps-sync", grouping="per-tensor")
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
+    sampler = ComputeSampler(profile, cluster, seed=11, variability=False)
+    rows = np.zeros((6, 3), dtype=int)
+    fwd = sampler.forward_table_s[rows] * sampler.scale[None, :, None]
+    bwd = sampler.backward_table_s[rows] * sampler.scale[None, :, None]
+    pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * sampler.scale[None, :]
+    dag, net, resources, _ = ps_sync_dag(profile, cluster, strategy, comm, 6, fwd, bwd, pre, seed=5)
+    run = run_dag(dag, resources, network=net)
+    pushes_done = {}
+    for op in range(len(dag)):
+        if dag.conn[op] >= 0 and dag.conn[op] < 3:  # a push of worker dag.conn[op] (one shard)
+            key = (dag.conn[op], dag.tag[op])
+            pushes_done[key] = max(pushes_done.get(key, 0.0), run.finish_s[op])
+    ahead = 0
+    for op, name in enumerate(dag.name):
+        if name.startswith("notice"):
+            w, k = int(name.split()[1][1:]), int(name.split()[3][1:])
+            ahead += run.finish_s[op] < pushes_done[(w, k)]
+    return ahead
+
+
+def test_a_notice_goes_ahead_of_pushes_only_when_the_shard_has_not_posted():
+    """Equal sharing: every worker gets its parameters at once, the shard has posted before anyone
+    ends backward, every notice follows the pushes. Unequal sharing: some workers start early,
+    end backward before the shard posts, and their notices overtake their waiting pushes."""
+    assert _notices_ahead_of_pushes(0.0) == 0
+    assert _notices_ahead_of_pushes(1.0) > 0
+
+
 EQUAL_TENSORS = Profile(
     model="equal", batch_size=8, step=StepTimes(data_s=0.001, optimizer_s=0.004),
     layers=[Layer(name=f"l{i}", forward_s=0.002 + 0.001 * (i % 3), backward_s=0.004 + 0.001 * (i % 2),

@@ -5,8 +5,9 @@ existed (commit 'Record flat-topology reference predictions'), with the cases of
 tests/flat_cases.py: several profiles, all three strategies, both methods, a measured network,
 slow links and slow workers. One entry was re-recorded on purpose since: sync PS, fine method,
 `mlp-pssync` at 4 workers (75.2 -> 61.0 samples/s), when the simulator learned that a shard
-posts its next receives only after all its replies have left (`sgdscale.fine.ps`); and
-`cnn-pssync-net` (fine, 2 and 4 workers: -0.01% and +0.3%) when the receive notice learned it
+posts its next receives only after all its replies have left (`sgdscale.fine.ps`), and again
+(61.0 -> 67.6) when a worker whose pushes wait for the shard sends its receive notice ahead of
+them; and `cnn-pssync-net` (fine, 2 and 4 workers: -0.01% and +0.3%) when the notice learned it
 cannot leave before the worker's backward ends. Every other entry is still the pre-topology
 recording.
 """

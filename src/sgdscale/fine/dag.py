@@ -144,9 +144,11 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
             last_op[w] = op
             ends.append(op)
         # Receive before send (gloo): worker w posts its receives when its backward ends; the notice
-        # to shard s arrives alpha later and behind w's pushes to s (sgdscale.fine.ps).
-        posted = [dag.add(topology.alpha_s, preds=[ends[w]], name=f"notice w{w} k{k}") for w in range(n)]
-        notice = [[[posted[w]] + [pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s]
+        # to shard s arrives alpha later, behind w's pushes to s already written, unless s has not
+        # posted its receives of step k by then (w's pushes wait, unwritten): then it goes first.
+        notice = [[[dag.add_choice(ends[w], topology.alpha_s, replies[s] if k > 0 else [],
+                                   [pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s],
+                                   name=f"notice w{w} s{s} k{k}")]
                    for s in range(shards)] for w in range(n)]
         replies = [[] for _ in range(shards)]
         for m in range(plan.messages):

@@ -5,7 +5,12 @@ Each operation is one of:
   queues when all its predecessors are done and runs alone on its resource for `duration_s`;
 - a *delay* (resource -1): it runs for `duration_s` as soon as it is ready, in parallel with anything;
 - a *message* (conn >= 0): `nbytes` sent on a connection of a `LinkNetwork` (max-min shared links,
-  FIFO per connection, latency alpha), finishing when delivered.
+  FIFO per connection, latency alpha), finishing when delivered;
+- a *choice* (`add_choice`): once its one predecessor is done at time t, it finishes at t + delay
+  unless every op of `unless_done` has finished by t; then it finishes when every op of
+  `else_after` has, and not before t + delay. Timing decides which branch runs, as for gloo's
+  receive notice, which goes ahead of pushes that wait for the peer and behind pushes already
+  written.
 
 Ties are broken by a sequence number, so a run is deterministic. `sgdscale.fine.ps` simulates
 the parameter servers with a faster process-oriented loop over the same event queue and links; this
@@ -35,6 +40,14 @@ class Dag:
     nbytes: list[float] = field(default_factory=list)
     name: list[str] = field(default_factory=list)
     tag: list[int] = field(default_factory=list)  # a message's tag (the network's burst key)
+    choice: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)  # op -> (unless, else)
+
+    def add_choice(self, after: int, delay_s: float, unless_done: list[int], else_after: list[int],
+                   name: str = "") -> int:
+        """A choice op (see the module docstring)."""
+        op = self.add(delay_s, -1, [after], name=name)
+        self.choice[op] = (list(unless_done), list(else_after))
+        return op
 
     def add(self, duration_s: float = 0.0, resource: int = -1, preds: tuple[int, ...] | list[int] = (),
             conn: int = -1, nbytes: float = 0.0, name: str = "", tag: int = 0) -> int:
@@ -115,7 +128,25 @@ def run_dag(dag: Dag, resources: int, network: NetworkModel | None = None,
     now = 0.0
     done = 0
 
+    choice = dict(dag.choice)
+    waits_else: set[int] = set()  # choice ops that took the else branch and wait for its ops
+
     def ready(op: int) -> None:
+        if op in choice:
+            unless_done, else_after = choice.pop(op)
+            start[op] = now
+            pending = [p for p in else_after if not finish[p] <= now]  # (NaN: not finished)
+            if all(finish[u] <= now for u in unless_done) and pending:
+                waits_else.add(op)  # ready again once they are done
+                missing[op] = len(pending)
+                for p in pending:
+                    succ[p].append(op)
+                return
+            q.push(now + duration[op], _FINISH, op)
+            return
+        if op in waits_else:
+            q.push(max(now, start[op] + duration[op]), _FINISH, op)
+            return
         c = conn[op]
         if c >= 0:
             if network is None:

@@ -13,23 +13,23 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   topology (a measured network file scales them all). A message from A to B is a flow over
   A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
   sends its messages FIFO; concurrent connections share links max-min fairly
-  (`sgdscale.fine.links`), weighted by a log-normal weight per connection and step where the
-  network was measured to share unequally (`CommModel.share_weight_sigma`: TCP flows into one
-  link do not finish together, `sgdscale netbench`'s incast op measures how far apart); each
-  message is delivered the NIC's latency alpha after its last byte left;
+  (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
 - server shards: FIFO resources; applying a message costs its share of the profile's optimizer
   time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
 - receive before send (gloo's rendezvous): a point-to-point message only flows once its receiver
   has posted the receive, and that notice travels on the same FIFO connection as the data. A
   worker posts its pulls when its backward ends, so the notice to shard s arrives alpha after
-  that, and behind all its pushes to s: a shard's new parameters start towards worker w only
-  after w's last push of the step has reached that shard and w's backward has ended. (Measured on
-  the emulated cluster: without this rule, sync PS at 200 Mbit/s was predicted 30% too fast,
-  because pulls overlapped pushes that in reality block them.) Where the shard has not yet posted
-  its receives when w's backward ends, gloo writes the notice ahead of w's waiting pushes; the
-  pulls still follow the pushes, because one gloo pair does not move data both ways at once
-  (`benchmarks/duplex.py`: two ranks sending 16 MB to each other take 2.00x one way, while a node
-  receiving from one peer and sending to another takes 1.00x). The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
+  that, behind all its pushes to s already written: a shard's new parameters start towards worker
+  w only after w's last push of the step has reached that shard and w's backward has ended.
+  (Measured on the emulated cluster: without this rule, sync PS at 200 Mbit/s was predicted 30%
+  too fast, because pulls overlapped pushes that in reality block them.) But gloo writes a push
+  only once the shard has posted its receive: where the shard has not yet posted its receives of
+  the step when w's backward ends, w's pushes wait unwritten and the notice goes first (sync PS;
+  with unequal sharing early workers get there, and their pulls then overlap the others' pushes:
+  `benchmarks/pair_duplex_model.py`; that w's own pushes and pulls then share one gloo pair,
+  which does not move data both ways at once, `benchmarks/duplex.py`, changed its predictions by
+  under 0.1%, so the pair is not modelled).
+  The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
   only when all its replies of step k have left (the runtime's server waits for its sends before it
   posts the next receives, `sgdscale.runtime.ps`), so a worker that got its parameters early
   cannot push step k+1 to that shard while the shard still replies to a slower worker. Without this
@@ -248,6 +248,7 @@ class PsRun:
         notice_k = [[-1] * shards for _ in range(n)]
         notice_t = [[0.0] * shards for _ in range(n)]
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
+        early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
         bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
         alpha_s = self.links_alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
@@ -374,19 +375,20 @@ class PsRun:
             count = pw[s] + 1
             if count < per_shard[s]:
                 pw[s] = count
-            else:  # w's last push of step k to s: its notice follows, and not before w posted
-                pw[s] = 0  # it, when its backward ended
-                nt = bwd_end[w] + alpha_s
-                if nt < arrival:
-                    nt = arrival
-                notice_k[w][s] = k
-                notice_t[w][s] = nt
-                waiting_pulls = held[w][s]
-                if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
-                    held[w][s] = []
-                    conn = pull_conn[s][w]
-                    for nb, ready, tok, kk in waiting_pulls:
-                        pull_send(conn, nb, ready if ready > nt else nt, lnow, tok, kk)
+            else:  # w's last push of step k to s: its notice follows (unless it went first),
+                pw[s] = 0  # and not before w posted it, when its backward ended
+                if early_notice[w][s] != k:
+                    nt = bwd_end[w] + alpha_s
+                    if nt < arrival:
+                        nt = arrival
+                    notice_k[w][s] = k
+                    notice_t[w][s] = nt
+                    waiting_pulls = held[w][s]
+                    if waiting_pulls:  # all of step k (w's earlier steps' pulls were released before)
+                        held[w][s] = []
+                        conn = pull_conn[s][w]
+                        for nb, ready, tok, kk in waiting_pulls:
+                            pull_send(conn, nb, ready if ready > nt else nt, lnow, tok, kk)
             if sync:
                 arr = arrivals[k & 1]
                 arr[m] += 1
@@ -454,6 +456,16 @@ class PsRun:
                 w = a
                 k = it[w]
                 ends[w].append(now)
+                if sync and k > 0:
+                    # w posts its pull receives now. Where shard s has not yet posted its receives
+                    # of step k (so w's pushes to s wait, unwritten), w's notice is the first thing
+                    # on the connection: it arrives alpha later, ahead of those pushes.
+                    nw, tw = notice_k[w], notice_t[w]
+                    for s in range(shards):
+                        if (posted_k[s] < k - 1 or posted_t[s] > now) and nw[s] < k:
+                            nw[s] = k
+                            tw[s] = now + alpha_s
+                            early_notice[w][s] = k
                 if k >= warmup:
                     t = tab[w]
                     step_compute[w].append(t[0] + t[1][L] + t[2])
