@@ -27,10 +27,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import heapq
 import json
 import sys
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +37,8 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.topology import Topology
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan
-from sgdscale.fine.engine import Dag
-from sgdscale.fine.events import EventQueue, Kind
+from sgdscale.fine.engine import Dag, run_dag
+from sgdscale.fine.events import EventQueue
 from sgdscale.fine.links import LinkNetwork
 from sgdscale.profile import load_profile
 from sgdscale.strategy import Strategy
@@ -49,7 +47,6 @@ from sgdscale.variability import ComputeSampler
 HERE = Path(__file__).resolve().parent
 SETS = ("accuracy-heldout", "accuracy-heldout2", "accuracy-heldout3", "accuracy-heldout4")
 VARIANTS = ("current", "early", "early+half", "half")
-_FINISH = int(Kind.TASK_FINISH)
 
 
 def build(profile, cluster, strategy, comm, steps, early: bool, half: bool):
@@ -69,7 +66,7 @@ def build(profile, cluster, strategy, comm, steps, early: bool, half: bool):
     net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=topology.nic.share_weight_sigma)
     push = [net.add_connection(w, 2 * n + 1) for w in range(n)]
     pull = [net.add_connection(2 * n, w if half else n + w) for w in range(n)]  # half: one link both ways
-    dag, choice = Dag(), {}
+    dag = Dag()
     pulled = [[-1] * plan.messages for _ in range(n)]
     last_op = [-1] * n
     step_end, replies = [], []
@@ -98,12 +95,10 @@ def build(profile, cluster, strategy, comm, steps, early: bool, half: bool):
         notice = []
         for w in range(n):
             own = [pushes[m][w] for m in range(plan.messages)]
-            op = dag.add(alpha, resource=-1, preds=[ends[w]])
-            if early and k > 0:  # goes first unless the shard has posted (all replies of k-1 in)
-                choice[op] = (list(replies), own)
-                notice.append([op])
+            if early:  # goes first unless the shard has posted (all replies of k-1 in)
+                notice.append([dag.add_choice(ends[w], alpha, list(replies), own)])
             else:
-                notice.append([op, *own])
+                notice.append([dag.add(alpha, resource=-1, preds=[ends[w]]), *own])
         replies = []
         for m in range(plan.messages):
             update = dag.add(plan.update_s[m], resource=n, preds=pushes[m])
@@ -111,89 +106,13 @@ def build(profile, cluster, strategy, comm, steps, early: bool, half: bool):
                 pulled[w][m] = dag.add(conn=pull[w], nbytes=plan.bytes[m], preds=[update, *notice[w]], tag=k)
                 replies.append(pulled[w][m])
         step_end.append(ends)
-    return dag, choice, net, n + 1, step_end
-
-
-def run(dag: Dag, choice: dict, resources: int, network: LinkNetwork) -> list[float]:
-    """`sgdscale.fine.engine.run_dag` plus choice ops: a notice op ready at t finishes at t + alpha
-    unless every op of its `unless` list has finished by t; then when its `else` ops have too."""
-    n = len(dag)
-    q, heap = network.queue, network.queue.heap
-    succ = [[] for _ in range(n)]
-    missing = [0] * n
-    for op, preds in enumerate(dag.preds):
-        missing[op] = len(preds)
-        for p in preds:
-            succ[p].append(op)
-    start, finish = [float("nan")] * n, [float("nan")] * n
-    free, waiting = [True] * resources, [deque() for _ in range(resources)]
-    pending_choice, waits_else = dict(choice), set()
-    now = 0.0
-
-    def ready(op):
-        if op in pending_choice:
-            unless, other = pending_choice.pop(op)
-            start[op] = now
-            rest = [p for p in other if not finish[p] <= now]
-            if all(finish[u] <= now for u in unless) and rest:
-                waits_else.add(op)
-                missing[op] = len(rest)
-                for p in rest:
-                    succ[p].append(op)
-                return
-            q.push(now + dag.duration_s[op], _FINISH, op)
-            return
-        if op in waits_else:
-            q.push(max(now, start[op] + dag.duration_s[op]), _FINISH, op)
-            return
-        if dag.conn[op] >= 0:
-            start[op] = now
-            network.send(dag.conn[op], dag.nbytes[op], now, now, op, dag.tag[op])
-            return
-        r = dag.resource[op]
-        if r < 0:
-            start[op] = now
-            q.push(now + dag.duration_s[op], _FINISH, op)
-        elif free[r]:
-            free[r], start[op] = False, now
-            q.push(now + dag.duration_s[op], _FINISH, op)
-        else:
-            waiting[r].append(op)
-
-    for op in range(n):
-        if missing[op] == 0:
-            ready(op)
-    while True:
-        if network.dirty and (not heap or heap[0][0] > now):
-            network.reallocate(now)
-        if not heap:
-            break
-        now, _, kind, a, b = heapq.heappop(heap)
-        if kind == _FINISH or kind == network.kind_deliver:
-            finish[a] = now
-            r = dag.resource[a] if dag.conn[a] < 0 else -1
-            if r >= 0:
-                if waiting[r]:
-                    nxt = waiting[r].popleft()
-                    start[nxt] = now
-                    q.push(now + dag.duration_s[nxt], _FINISH, nxt)
-                else:
-                    free[r] = True
-            for s in succ[a]:
-                missing[s] -= 1
-                if missing[s] == 0:
-                    ready(s)
-        elif kind == network.kind_done:
-            network.on_done(a, b, now)
-        elif kind == network.kind_release:
-            network.on_release(a, now)
-    return finish
+    return dag, net, n + 1, step_end
 
 
 def throughput(profile, cluster, strategy, comm, steps: int, variant: str) -> float:
-    dag, choice, net, resources, step_end = build(profile, cluster, strategy, comm, steps,
-                                                  early="early" in variant, half="half" in variant)
-    finish = run(dag, choice, resources, net)
+    dag, net, resources, step_end = build(profile, cluster, strategy, comm, steps,
+                                          early="early" in variant, half="half" in variant)
+    finish = run_dag(dag, resources, network=net).finish_s
     warm = steps // 3
     ends = np.array([[finish[step_end[k][w]] for w in range(cluster.workers)] for k in range(steps)])
     step_s = (ends[-1] - ends[warm]).mean() / (steps - 1 - warm)
