@@ -35,11 +35,8 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm import CommModel, load_network
-from sgdscale.comm.topology import Topology
-from sgdscale.fine.dag import nic_capacities_Bps, ps_plan
-from sgdscale.fine.engine import Dag, run_dag
-from sgdscale.fine.events import EventQueue
-from sgdscale.fine.links import LinkNetwork
+from sgdscale.fine.dag import ps_sync_dag
+from sgdscale.fine.engine import run_dag
 from sgdscale.profile import load_profile
 from sgdscale.strategy import Strategy
 from sgdscale.variability import ComputeSampler
@@ -50,63 +47,14 @@ VARIANTS = ("current", "early", "early+half", "half")
 
 
 def build(profile, cluster, strategy, comm, steps, early: bool, half: bool):
-    """The sync-PS DAG of `steps` steps (one shard), with the notice and pair rules chosen."""
-    n, layers = cluster.workers, len(profile.layers)
-    plan = ps_plan(profile, cluster, strategy, comm)
-    topology = Topology.of(cluster, comm, strategy)
-    worker_Bps, server_Bps = nic_capacities_Bps(cluster, topology)
-    assert plan.shards == 1, "one shard: a worker's pair is its NIC"
+    """The sync-PS DAG of `steps` steps (one shard, no variability), with the notice and pair rules chosen."""
     sampler = ComputeSampler(profile, cluster, seed=0, variability=False)
-    rows = np.zeros((steps, n), dtype=int)
+    rows = np.zeros((steps, cluster.workers), dtype=int)
     fwd = sampler.forward_table_s[rows] * sampler.scale[None, :, None]
     bwd = sampler.backward_table_s[rows] * sampler.scale[None, :, None]
     pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * sampler.scale[None, :]
-    queue = EventQueue()
-    caps = worker_Bps + worker_Bps + [server_Bps] * 2  # worker up, worker down, server up, server down
-    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=topology.nic.share_weight_sigma)
-    push = [net.add_connection(w, 2 * n + 1) for w in range(n)]
-    pull = [net.add_connection(2 * n, w if half else n + w) for w in range(n)]  # half: one link both ways
-    dag = Dag()
-    pulled = [[-1] * plan.messages for _ in range(n)]
-    last_op = [-1] * n
-    step_end, replies = [], []
-    alpha = topology.alpha_s
-    for k in range(steps):
-        ends, pushes = [], [[] for _ in range(plan.messages)]
-        for w in range(n):
-            op = dag.add(pre[k, w], resource=w, preds=[last_op[w]] if last_op[w] >= 0 else [])
-            for layer in range(layers):
-                deps = [op] + [pulled[w][m] for m in plan.need[layer] if pulled[w][m] >= 0]
-                op = dag.add(fwd[k, w, layer], resource=w, preds=deps)
-            forward_end, done = op, {}
-            for layer in range(layers - 1, -1, -1):
-                op = dag.add(bwd[k, w, layer], resource=w, preds=[op])
-                done[layer] = op
-            for m in range(plan.messages):
-                layer, fraction = plan.ready_layer[m], plan.ready_fraction[m]
-                if fraction >= 1.0:
-                    ready = done[layer]
-                else:
-                    before = done[layer + 1] if layer + 1 < layers else forward_end
-                    ready = dag.add(fraction * bwd[k, w, layer], resource=-1, preds=[before])
-                pushes[m].append(dag.add(conn=push[w], nbytes=plan.bytes[m], preds=[ready, *replies], tag=k))
-            last_op[w] = op
-            ends.append(op)
-        notice = []
-        for w in range(n):
-            own = [pushes[m][w] for m in range(plan.messages)]
-            if early:  # goes first unless the shard has posted (all replies of k-1 in)
-                notice.append([dag.add_choice(ends[w], alpha, list(replies), own)])
-            else:
-                notice.append([dag.add(alpha, resource=-1, preds=[ends[w]]), *own])
-        replies = []
-        for m in range(plan.messages):
-            update = dag.add(plan.update_s[m], resource=n, preds=pushes[m])
-            for w in range(n):
-                pulled[w][m] = dag.add(conn=pull[w], nbytes=plan.bytes[m], preds=[update, *notice[w]], tag=k)
-                replies.append(pulled[w][m])
-        step_end.append(ends)
-    return dag, net, n + 1, step_end
+    return ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre, early_notice=early,
+                       half_duplex_pairs=half)
 
 
 def throughput(profile, cluster, strategy, comm, steps: int, variant: str) -> float:

@@ -88,7 +88,8 @@ def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[li
 
 
 def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, steps: int,
-                forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray, seed: int = 0
+                forward_s: np.ndarray, backward_s: np.ndarray, pre_s: np.ndarray, seed: int = 0,
+                early_notice: bool = True, half_duplex_pairs: bool = False
                 ) -> tuple[Dag, LinkNetwork, int, list[list[int]]]:
     """The explicit synchronous-PS DAG of `steps` iterations (small cases only; one device per
     node and dedicated servers, the layout the fast simulator is checked against).
@@ -96,12 +97,17 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     forward_s/backward_s: (steps, workers, layers); pre_s: (steps, workers) data + copy.
     Resources: worker w's compute is w; shard s is N + s. Returns (dag, network, resources,
     step_end_ops[k][w]) where the step-end op is each worker's last backward task.
+    Variants the fast loop does not run (`benchmarks/pair_duplex_model.py`): `early_notice=False`
+    keeps every notice behind the worker's pushes; `half_duplex_pairs` (one shard only) sends a
+    worker's pushes and pulls over one shared link, as one gloo pair does.
     """
     n, layers = cluster.workers, len(profile.layers)
     plan = ps_plan(profile, cluster, strategy, comm)
     topology = Topology.of(cluster, comm, strategy)
     worker_Bps, server_Bps = nic_capacities_Bps(cluster, topology)
     shards = plan.shards
+    if half_duplex_pairs and shards != 1:
+        raise ValueError("half-duplex pairs need one shard (a worker's pair is then its NIC)")
     queue = EventQueue()
     # One network for both directions: links 0..n-1 worker up, n..2n-1 worker down,
     # 2n..2n+S-1 server up, 2n+S..2n+2S-1 server down.
@@ -109,7 +115,8 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     # The same weights as the fast loop's two networks: pushes are connections 0..nS-1, pulls nS...
     net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=topology.nic.share_weight_sigma, seed=seed)
     push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
-    pull = [[net.add_connection(2 * n + s, n + w) for w in range(n)] for s in range(shards)]
+    pull = [[net.add_connection(2 * n + s, w if half_duplex_pairs else n + w) for w in range(n)]
+            for s in range(shards)]
     dag = Dag()
     pulled: list[list[int]] = [[-1] * plan.messages for _ in range(n)]  # last pull op per (worker, msg)
     last_op = [-1] * n
@@ -146,7 +153,7 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
         # Receive before send (gloo): worker w posts its receives when its backward ends; the notice
         # to shard s arrives alpha later, behind w's pushes to s already written, unless s has not
         # posted its receives of step k by then (w's pushes wait, unwritten): then it goes first.
-        notice = [[[dag.add_choice(ends[w], topology.alpha_s, replies[s] if k > 0 else [],
+        notice = [[[dag.add_choice(ends[w], topology.alpha_s, replies[s] if early_notice and k > 0 else [],
                                    [pushes[m][w] for m in range(plan.messages) if plan.shard[m] == s],
                                    name=f"notice w{w} s{s} k{k}")]
                    for s in range(shards)] for w in range(n)]
