@@ -158,7 +158,7 @@ class PsRun:
         # downlinks; pull links 0..S-1 server uplinks, S..S+n-1 worker downlinks.
         self.links = links = topology.ps_links(shards)
         self.q = EventQueue()
-        alpha = self.links_alpha_s = topology.alpha_s
+        alpha = self.alpha_s = topology.alpha_s  # per-message latency
         push_caps, pull_caps = links.push_caps_Bps, links.pull_caps_Bps
         push_pairs = [links.push_pairs[w][s] for w in range(n) for s in range(shards)]
         pull_pairs = [links.pull_pairs[s][w] for s in range(shards) for w in range(n)]
@@ -250,7 +250,7 @@ class PsRun:
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
         early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
         bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
-        alpha_s = self.links_alpha_s
+        alpha_s = self.alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
         # reaches the workers), the replies of the step after it delivered so far, and pushes held
