@@ -6,7 +6,10 @@ on the emulated cluster, how long moving M bytes takes
 - `in`: ranks 1..k each send M to rank 0 (rank 0's downlink alone; k = `--peers`);
 - `out`: rank 0 sends M to each of ranks k+1..2k (rank 0's uplink alone);
 - `in+out`: both at once (rank 0's two directions busy together, different peers);
-- `pair`: rank 0 and rank 1 send M to each other at once (one gloo connection, both ways).
+- `pair`: rank 0 and rank 1 send M to each other at once (one gloo connection, both ways);
+- `in|out`: `out` moves busy-factor x M per peer from the barrier, `in` starts `--stagger` s later
+  and is timed from its start (a transfer that starts while the other direction is already busy);
+- `out|in`: the same with the directions swapped.
 Each time runs from a common barrier to the last byte received (clocks: perf_counter, one
 machine). Full duplex means `in+out` and `pair` take as long as `in` alone. Modes are interleaved
 per repeat.
@@ -28,7 +31,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TARGET = "duplex:rank_target"
-MODES = ("in", "out", "in+out", "pair")
+MODES = ("in", "out", "in+out", "pair", "in|out", "out|in")
+REPORTED = MODES + ("in|out early", "out|in early")  # the early direction of a staggered mode, timed too
 
 
 def rank_target(ctx) -> dict:
@@ -41,7 +45,13 @@ def rank_target(ctx) -> dict:
     tensor = torch.zeros(config["bytes"] // 4, dtype=torch.float32)
     inbox = torch.empty_like(tensor)
     inboxes = {src: torch.empty_like(tensor) for src in senders} if rank == 0 else {}
-    rows: dict[str, list[list[float]]] = {m: [] for m in MODES}
+    # Staggered modes: every buffer allocated and touched once here. A fresh buffer costs page
+    # faults as data lands in it, CPU time that a node under a quota pays inside the timed window.
+    big = torch.ones(tensor.numel() * config["busy_factor"], dtype=torch.float32)
+    buffers = {"M": tensor, "big": big,
+               "M in": {src: torch.ones_like(tensor) for src in (*senders, 0)},
+               "big in": {src: torch.ones_like(big) for src in (*senders, 0)}}
+    rows: dict[str, list[list[float]]] = {m: [] for m in REPORTED}
     for repeat in range(config["warmup"] + config["repeats"]):
         for mode in MODES:
             dist.barrier()
@@ -57,6 +67,14 @@ def rank_target(ctx) -> dict:
             if mode in ("out", "in+out") and rank in receivers:
                 works.append(dist.irecv(inbox, src=0))
                 received = True
+            if mode in ("in|out", "out|in"):  # one direction starts `stagger_s` after the other
+                late, early = mode.split("|")
+                late_end, early_end = _staggered(dist, rank, senders, receivers, late, buffers,
+                                                 config["stagger_s"])
+                if repeat >= config["warmup"]:
+                    rows[mode].append([start + config["stagger_s"], late_end])
+                    rows[f"{mode} early"].append([start, early_end])
+                continue
             if mode == "pair" and rank in (0, 1):
                 works += [dist.isend(tensor, dst=1 - rank), dist.irecv(inbox, src=1 - rank)]
                 received = True
@@ -68,6 +86,43 @@ def rank_target(ctx) -> dict:
     return {"rank": rank, "times": rows}
 
 
+def _staggered(dist, rank, senders, receivers, late, buffers, stagger_s):
+    """The other direction moves busy_factor x M per peer from the barrier on; the `late` one moves
+    M per peer from stagger_s later. Returns when the late and the early transfer were in at this
+    rank (None where it receives neither)."""
+    size = {"in": buffers["M"] if late == "in" else buffers["big"],
+            "out": buffers["M"] if late == "out" else buffers["big"]}
+    inbox = {"in": buffers["M in"] if late == "in" else buffers["big in"],
+             "out": buffers["M in"] if late == "out" else buffers["big in"]}
+    start = time.perf_counter()
+    recvs = {"in": [], "out": []}  # every receive is posted at once: gloo sends only into a posted one
+    if rank == 0:
+        recvs["in"] = [dist.irecv(inbox["in"][src], src=src) for src in senders]
+    if rank in receivers:
+        recvs["out"] = [dist.irecv(inbox["out"][0], src=0)]
+
+    def sends(direction):
+        if direction == "in" and rank in senders:
+            return [dist.isend(size["in"], dst=0)]
+        if direction == "out" and rank == 0:
+            return [dist.isend(size["out"], dst=dst) for dst in receivers]
+        return []
+
+    early = "out" if late == "in" else "in"
+    works = sends(early)
+    time.sleep(max(0.0, start + stagger_s - time.perf_counter()))
+    works += sends(late)
+    for work in recvs[late]:
+        work.wait()
+    late_end = time.perf_counter()
+    for work in recvs[early]:
+        work.wait()
+    early_end = time.perf_counter()
+    for work in works:
+        work.wait()
+    return (late_end if recvs[late] else None), (early_end if recvs[early] else None)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bandwidth", default="600Mbit")
@@ -76,6 +131,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--peers", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--no-pin", action="store_true",
+                        help="do not pin nodes to CPUs (pinned, nodes 0 and 2 share a core of two)")
+    parser.add_argument("--stagger", type=float, default=0.1,
+                        help="in|out, out|in: seconds the late direction starts after the other")
+    parser.add_argument("--busy-factor", type=int, default=4,
+                        help="in|out, out|in: the early direction moves this many x M per peer")
     args = parser.parse_args(argv)
     from sgdscale.runtime.launch import launch
     from sgdscale.runtime.testbed import Testbed
@@ -83,14 +144,15 @@ def main(argv: list[str]) -> int:
 
     rate = parse_bandwidth_bps(args.bandwidth)
     nbytes = int(args.mbytes * 1e6) // 4 * 4
-    config = {"bytes": nbytes, "repeats": args.repeats, "warmup": args.warmup, "peers": args.peers}
+    config = {"bytes": nbytes, "repeats": args.repeats, "warmup": args.warmup, "peers": args.peers,
+              "stagger_s": args.stagger, "busy_factor": args.busy_factor}
     world = 2 * args.peers + 1
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    with Testbed(world, rate, args.cpu_quota, pin_cpus=True) as bed:
+    with Testbed(world, rate, args.cpu_quota, pin_cpus=not args.no_pin) as bed:
         result = launch(TARGET, config, world, placement=bed, timeout_s=900, env=env)
     by_rank = {r["rank"]: r["times"] for r in result.results}
     durations: dict[str, list[float]] = {}
-    for mode in MODES:
+    for mode in REPORTED:
         for i in range(args.repeats):
             start = min(by_rank[r][mode][i][0] for r in by_rank)
             ends = [by_rank[r][mode][i][1] for r in by_rank if by_rank[r][mode][i][1] is not None]
@@ -101,15 +163,19 @@ def main(argv: list[str]) -> int:
              f"{args.peers} peer(s) each way",
              "", f"Generated by `benchmarks/duplex.py {' '.join(argv)}`. Wire time at the nominal rate: "
              f"{wire_s:.3f} s (k x M one way). Full duplex: `in+out` takes as long as `in`; `pair` is one "
-             "pair both ways, 1 x M each.", "",
+             "pair both ways, 1 x M each. `in|out`, `out|in`: the late direction, from its start; their "
+             f"`early` rows: the other direction ({args.busy_factor} x M per peer, from the barrier), "
+             f"against {args.busy_factor} x `in`.", "",
              "| mode | median | min-max | / in |", "|---|---:|---|---:|"]
-    for mode in MODES:
+    for mode in REPORTED:
         d = durations[mode]
+        base = alone * (args.busy_factor if mode.endswith("early") else 1)
         lines.append(f"| {mode} | {statistics.median(d):.3f} s | {min(d):.3f}-{max(d):.3f} s | "
-                     f"{statistics.median(d) / alone:.2f} |")
+                     f"{statistics.median(d) / base:.2f} |")
     out = HERE / "results" / "duplex"
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{args.bandwidth}-q{args.cpu_quota}-peers{args.peers}"
+    stem = (f"{args.bandwidth}-q{args.cpu_quota}-peers{args.peers}-{args.mbytes:g}MB-stagger{args.stagger:g}s"
+            + ("-unpinned" if args.no_pin else ""))
     (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "durations_s": durations}, indent=1) + "\n")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
