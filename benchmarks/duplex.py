@@ -70,7 +70,7 @@ def rank_target(ctx) -> dict:
             if mode in ("in|out", "out|in"):  # one direction starts `stagger_s` after the other
                 late, early = mode.split("|")
                 late_end, early_end = _staggered(dist, rank, senders, receivers, late, buffers,
-                                                 config["stagger_s"])
+                                                 config["stagger_s"], config["chunks"])
                 if repeat >= config["warmup"]:
                     rows[mode].append([start + config["stagger_s"], late_end])
                     rows[f"{mode} early"].append([start, early_end])
@@ -86,10 +86,11 @@ def rank_target(ctx) -> dict:
     return {"rank": rank, "times": rows}
 
 
-def _staggered(dist, rank, senders, receivers, late, buffers, stagger_s):
+def _staggered(dist, rank, senders, receivers, late, buffers, stagger_s, chunks=1):
     """The other direction moves busy_factor x M per peer from the barrier on; the `late` one moves
-    M per peer from stagger_s later. Returns when the late and the early transfer were in at this
-    rank (None where it receives neither)."""
+    M per peer from stagger_s later, each transfer as `chunks` messages (a parameter server's
+    tensors). Returns when the late and the early transfer were in at this rank (None where it
+    receives neither)."""
     size = {"in": buffers["M"] if late == "in" else buffers["big"],
             "out": buffers["M"] if late == "out" else buffers["big"]}
     inbox = {"in": buffers["M in"] if late == "in" else buffers["big in"],
@@ -97,15 +98,15 @@ def _staggered(dist, rank, senders, receivers, late, buffers, stagger_s):
     start = time.perf_counter()
     recvs = {"in": [], "out": []}  # every receive is posted at once: gloo sends only into a posted one
     if rank == 0:
-        recvs["in"] = [dist.irecv(inbox["in"][src], src=src) for src in senders]
+        recvs["in"] = [dist.irecv(part, src=src) for src in senders for part in inbox["in"][src].chunk(chunks)]
     if rank in receivers:
-        recvs["out"] = [dist.irecv(inbox["out"][0], src=0)]
+        recvs["out"] = [dist.irecv(part, src=0) for part in inbox["out"][0].chunk(chunks)]
 
     def sends(direction):
         if direction == "in" and rank in senders:
-            return [dist.isend(size["in"], dst=0)]
+            return [dist.isend(part, dst=0) for part in size["in"].chunk(chunks)]
         if direction == "out" and rank == 0:
-            return [dist.isend(size["out"], dst=dst) for dst in receivers]
+            return [dist.isend(part, dst=dst) for dst in receivers for part in size["out"].chunk(chunks)]
         return []
 
     early = "out" if late == "in" else "in"
@@ -131,6 +132,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--peers", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--chunks", type=int, default=1,
+                        help="in|out, out|in: each transfer as this many messages (as a server's tensors)")
     parser.add_argument("--no-pin", action="store_true",
                         help="do not pin nodes to CPUs (pinned, nodes 0 and 2 share a core of two)")
     parser.add_argument("--stagger", type=float, default=0.1,
@@ -145,7 +148,7 @@ def main(argv: list[str]) -> int:
     rate = parse_bandwidth_bps(args.bandwidth)
     nbytes = int(args.mbytes * 1e6) // 4 * 4
     config = {"bytes": nbytes, "repeats": args.repeats, "warmup": args.warmup, "peers": args.peers,
-              "stagger_s": args.stagger, "busy_factor": args.busy_factor}
+              "stagger_s": args.stagger, "busy_factor": args.busy_factor, "chunks": args.chunks}
     world = 2 * args.peers + 1
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     with Testbed(world, rate, args.cpu_quota, pin_cpus=not args.no_pin) as bed:
@@ -175,7 +178,7 @@ def main(argv: list[str]) -> int:
     out = HERE / "results" / "duplex"
     out.mkdir(parents=True, exist_ok=True)
     stem = (f"{args.bandwidth}-q{args.cpu_quota}-peers{args.peers}-{args.mbytes:g}MB-stagger{args.stagger:g}s"
-            + ("-unpinned" if args.no_pin else ""))
+            + (f"-chunks{args.chunks}" if args.chunks > 1 else "") + ("-unpinned" if args.no_pin else ""))
     (out / f"{stem}.json").write_text(json.dumps({"args": vars(args), "durations_s": durations}, indent=1) + "\n")
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
