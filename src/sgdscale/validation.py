@@ -112,6 +112,12 @@ class Case:
         return f"{self.spec.label}-{self.strategy}{ps}-w{self.workers}-{self.bandwidth_bps / 1e6:g}Mbit"
 
 
+# Async PS workers drift in and out of bunched phases, so a short window catches a different mix
+# from run to run: the same replay case spread 27.7% over 15 measured steps and 8.4% over 45
+# (4 interleaved runs each, benchmarks/window_length.py, benchmarks/results/window_length/).
+ASYNC_WINDOW_FACTOR = 3
+
+
 @dataclass
 class Grid:
     specs: list[ModelSpec]
@@ -126,6 +132,10 @@ class Grid:
     repeats: int = 1
     pin_cpus: bool = True
     cases_filter: Callable[[Case], bool] | None = field(default=None, repr=False)
+
+    def iterations_for(self, strategy: str) -> int:
+        """Measured steps of a run: `iterations`, times ASYNC_WINDOW_FACTOR for async PS."""
+        return self.iterations * (ASYNC_WINDOW_FACTOR if strategy == "ps-async" else 1)
 
     def cases(self) -> list[Case]:
         cases = []
@@ -314,7 +324,7 @@ class Validator:
         from sgdscale.runtime.train import TrainConfig, replay_config, run_training
 
         common = dict(workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
-                      iterations=self.grid.iterations, warmup=self.grid.warmup,
+                      iterations=self.grid.iterations_for(case.strategy), warmup=self.grid.warmup,
                       bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
                       trace=self.trace_dir is not None)
         if case.spec.kind == "replay":
@@ -396,7 +406,7 @@ class Validator:
         write_json_atomic(self.results_path, {
             "schema": VALIDATION_SCHEMA,
             "grid": {"cpu_per_node_cores": self.grid.cpu_per_node_cores, "iterations": self.grid.iterations,
-                     "warmup": self.grid.warmup, "ps_count": self.grid.ps_count, "repeats": self.grid.repeats,
+                     "async_iterations": self.grid.iterations_for("ps-async"), "warmup": self.grid.warmup, "ps_count": self.grid.ps_count, "repeats": self.grid.repeats,
                      "pin_cpus": self.grid.pin_cpus},
             "cases": self.rows,
             "summary": summarize(self.rows),

@@ -100,7 +100,8 @@ def summary_table(summary: list[dict]) -> Table:
 @click.option("--batch-size", type=int, default=None, help="Override every model's per-worker batch.")
 @click.option("--cpu-per-node", type=float, default=0.2, show_default=True,
               help="CPU cores per emulated node (all nodes together must fit this machine's cores).")
-@click.option("--iterations", type=int, default=15, show_default=True, help="Measured iterations per real run.")
+@click.option("--iterations", type=int, default=15, show_default=True,
+              help="Measured iterations per real run (async PS: 3x, its workers' phases wander).")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations per real run.")
 @click.option("--repeats", type=int, default=3, show_default=True,
               help="Rounds over the whole grid: each case is measured this many times, interleaved with the "
