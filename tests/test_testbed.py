@@ -120,10 +120,13 @@ def test_preflight_says_root_is_needed(monkeypatch):
 
 def test_tbf_parameters_scale_with_rate():
     slow, mid, fast = tb.TbfParams.for_rate(1e6), tb.TbfParams.for_rate(200e6), tb.TbfParams.for_rate(10e9)
-    assert slow.burst_bytes == 2 * 1514 and slow.limit_bytes > slow.burst_bytes  # at least two frames
-    assert mid.burst_bytes == int(200e6 / 8 * 0.25e-3)  # 0.25 ms of line rate up to 500 Mbit/s
-    assert fast.burst_bytes == int(10e9 / 8 * 1e-3)  # 1 ms above
+    # never below one GSO packet (tbf would cut it into frames in software), else 0.25 ms of line
+    # rate up to 500 Mbit/s and 1 ms above
+    assert slow.burst_bytes == mid.burst_bytes == tb.GSO_BURST_BYTES > 64 * 1024 and slow.limit_bytes > slow.burst_bytes
+    assert fast.burst_bytes == int(10e9 / 8 * 1e-3)
     assert fast.limit_bytes >= 10e9 / 8 * 0.05
+    wide = tb.TbfParams.for_rate(200e6, burst_s=8e-3)  # the override benchmarks/tbf_cpu.py uses
+    assert wide.burst_bytes == int(200e6 / 8 * 8e-3) and wide.limit_bytes - wide.burst_bytes == mid.limit_bytes - mid.burst_bytes
 
 
 # --- real namespaces (root) -------------------------------------------------------------------

@@ -68,6 +68,9 @@ _PREFIX_RE = re.compile(rf"^({NAME_STEM}(\d+)[a-z])")
 _instance_counter = itertools.count()
 
 
+GSO_BURST_BYTES = 64 * 1024 + 8 * 1024  # a 64 KiB GSO packet with its per-frame headers, and margin
+
+
 @dataclass(frozen=True)
 class TbfParams:
     """tbf settings for one rate.
@@ -78,7 +81,12 @@ class TbfParams:
     here, 0.25 ms of line rate keeps TCP bulk goodput at 94-95 % up to 500 Mbit/s (64 kB one-way
     5.30 ms vs 5.24 ms nominal at 100 Mbit/s), but at 1 Gbit/s a 32 KB burst drops it to 88 %
     while 1 ms of line rate (125 KB) gives 95.5 %. So: 0.25 ms of line rate up to 500 Mbit/s,
-    1 ms above, and never less than two full 1514-byte frames.
+    1 ms above, and never less than one full GSO packet (`GSO_BURST_BYTES`): tbf cuts a packet
+    bigger than its burst into frames in software, which made moving a byte cost 2.5-3.9 ns of CPU
+    instead of 0.3-0.5 ns (benchmarks/tbf_cpu.py: 400 and 700 Mbit/s, bursts of 12-50 KB against
+    88-100 KB, same goodput). A real NIC segments in hardware, so a node under a CPU quota paid
+    for an artefact of the emulation: the parameter servers of held-out sets 1 and 6 (500 and
+    400 Mbit/s) were CPU-bound on it.
     limit: bytes that may queue behind the bucket before drops: 50 ms of line rate (at least
     256 KiB) so TCP keeps the pipe full without loss, while a queue never adds more than ~50 ms.
     """
@@ -88,10 +96,14 @@ class TbfParams:
     limit_bytes: int
 
     @classmethod
-    def for_rate(cls, rate_bps: float) -> TbfParams:
+    def for_rate(cls, rate_bps: float, burst_s: float | None = None) -> TbfParams:
+        """The settings above; `burst_s` sets the burst instead (seconds of line rate, at least two
+        frames; no GSO floor, so benchmarks/tbf_cpu.py can measure what the floor is for)."""
         bytes_per_s = rate_bps / 8
-        burst_s = 0.25e-3 if rate_bps <= 500e6 else 1e-3
-        burst = max(2 * 1514, int(bytes_per_s * burst_s))
+        if burst_s is None:
+            burst = max(GSO_BURST_BYTES, int(bytes_per_s * (0.25e-3 if rate_bps <= 500e6 else 1e-3)))
+        else:
+            burst = max(2 * 1514, int(bytes_per_s * burst_s))
         limit = max(256 * 1024, int(bytes_per_s * 0.05)) + burst
         return cls(rate_bps=rate_bps, burst_bytes=burst, limit_bytes=limit)
 
@@ -318,7 +330,8 @@ class Testbed:
     number for all nodes, or one per node), e.g. 0.45 with 4 nodes on a 2-core machine; None means
     no quota. The node cgroups together must not promise more cores than the machine has.
     pin_cpus: also give each node its own core(s) (see `pack_cpus`). cfs_period_us: the CFS
-    bandwidth period (the quota is enforced per period; see the module docstring).
+    bandwidth period (the quota is enforced per period; see the module docstring). tbf_burst_s:
+    the token bucket's burst in seconds of line rate (default: `TbfParams.for_rate`'s rule).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -332,6 +345,7 @@ class Testbed:
         *,
         pin_cpus: bool = False,
         cfs_period_us: int = CFS_PERIOD_US,
+        tbf_burst_s: float | None = None,
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise UserError(f"an emulated cluster has 1 to {MAX_NODES} nodes, got {nodes}")
@@ -359,7 +373,7 @@ class Testbed:
         self.cpu_quotas = quotas
         self.cfs_period_us = int(cfs_period_us)
         self.cpu_sets = pack_cpus(quotas, available_cpus()) if pin_cpus else None
-        self.tbf = TbfParams.for_rate(self.bandwidth_bps)
+        self.tbf = TbfParams.for_rate(self.bandwidth_bps, tbf_burst_s)
         if name_prefix is None:
             letter = "abcdefghijklmnopqrstuvwxyz"[next(_instance_counter) % 26]
             name_prefix = f"{NAME_STEM}{os.getpid()}{letter}"
