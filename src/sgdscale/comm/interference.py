@@ -29,9 +29,10 @@ import numpy as np
 # uses nominal figures only, so the user knows how far off they may be.
 TYPICAL_MEASURED_NOTE = (
     "on the emulated testbed (1 Gbit/s tbf links, 0.45 cores per node) measured networks ran point to point at "
-    "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, but held-out runs on "
-    "a busier machine saw 70% point to point and all-reduce predictions from nominal figures up to 2.3x too fast; "
-    "compute ran 1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/)"
+    "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, and compute ran "
+    "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/); predictions from nominal "
+    "figures were 4.5% off (median; all-reduce 10-11% too fast) on held-out set 7 (400 Mbit/s, 0.35 cores), and up "
+    "to 2.3x too fast on links whose emulation cost extra CPU (tbf bursts below one GSO packet, since fixed)"
 )
 
 
