@@ -68,7 +68,7 @@ def rank_target(ctx) -> dict:
                 works.append(dist.irecv(inbox, src=0))
                 received = True
             if mode in ("in|out", "out|in"):  # one direction starts `stagger_s` after the other
-                late, early = mode.split("|")
+                late = mode.split("|")[0]
                 late_end, early_end = _staggered(dist, rank, senders, receivers, late, buffers,
                                                  config["stagger_s"], config["chunks"])
                 if repeat >= config["warmup"]:

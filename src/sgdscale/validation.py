@@ -406,8 +406,8 @@ class Validator:
         write_json_atomic(self.results_path, {
             "schema": VALIDATION_SCHEMA,
             "grid": {"cpu_per_node_cores": self.grid.cpu_per_node_cores, "iterations": self.grid.iterations,
-                     "async_iterations": self.grid.iterations_for("ps-async"), "warmup": self.grid.warmup, "ps_count": self.grid.ps_count, "repeats": self.grid.repeats,
-                     "pin_cpus": self.grid.pin_cpus},
+                     "async_iterations": self.grid.iterations_for("ps-async"), "warmup": self.grid.warmup,
+                     "ps_count": self.grid.ps_count, "repeats": self.grid.repeats, "pin_cpus": self.grid.pin_cpus},
             "cases": self.rows,
             "summary": summarize(self.rows),
         })

@@ -82,9 +82,9 @@ class TbfParams:
     5.30 ms vs 5.24 ms nominal at 100 Mbit/s), but at 1 Gbit/s a 32 KB burst drops it to 88 %
     while 1 ms of line rate (125 KB) gives 95.5 %. So: 0.25 ms of line rate up to 500 Mbit/s,
     1 ms above, and never less than one full GSO packet (`GSO_BURST_BYTES`): tbf cuts a packet
-    bigger than its burst into frames in software, which made moving a byte cost 2.5-3.9 ns of CPU
-    instead of 0.3-0.5 ns (benchmarks/tbf_cpu.py: 400 and 700 Mbit/s, bursts of 12-50 KB against
-    88-100 KB, same goodput). A real NIC segments in hardware, so a node under a CPU quota paid
+    bigger than its burst into frames in software, which made moving a byte cost 2.0-3.9 ns of CPU
+    instead of 0.2-0.5 ns (benchmarks/tbf_cpu.py: 200, 400 and 700 Mbit/s, bursts of 6-50 kB
+    against 74-100 kB, same goodput). A real NIC segments in hardware, so a node under a CPU quota paid
     for an artefact of the emulation: the parameter servers of held-out sets 1 and 6 (500 and
     400 Mbit/s) were CPU-bound on it.
     limit: bytes that may queue behind the bucket before drops: 50 ms of line rate (at least
