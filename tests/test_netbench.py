@@ -126,3 +126,20 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     assert net.sharing is not None and set(net.sharing.first_last) == {"2"}
     assert math.isfinite(net.sharing.weight_sigma) and net.sharing.weight_sigma >= 0
     json.loads(out.read_text())  # plain JSON on disk
+
+
+def test_rank_threads_surface_the_first_error():
+    """A failed wait in a rank's helper thread (incast receives, async PS server threads) must fail the
+    rank, not be printed and forgotten."""
+    from sgdscale.runtime.rank import run_threads
+
+    seen: list[int] = []
+
+    def work(index: int) -> None:
+        seen.append(index)
+        if index == 2:
+            raise RuntimeError("peer 2 went away")
+
+    with pytest.raises(RuntimeError, match="peer 2 went away"):
+        run_threads(work, 4, "test")
+    assert sorted(seen) == [0, 1, 2, 3]  # the others ran to the end

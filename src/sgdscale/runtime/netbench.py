@@ -251,26 +251,16 @@ def _incast_receive(dist, buffers, start: float) -> list[float]:
     after `start`, in rank order). One waiting thread per receive: a blocking wait on one would hide
     when the others finished, and gloo's `is_completed()` on a receive stays False until `wait()`
     (polling it never returns)."""
-    import threading
+    from sgdscale.runtime.rank import run_threads
 
     works = [dist.irecv(buf, src=src) for src, buf in enumerate(buffers, start=1)]
     done_s: list[float] = [math.nan] * len(works)
-    errors: list[BaseException] = []
 
     def wait_for(index: int) -> None:
-        try:
-            works[index].wait()
-        except BaseException as error:  # re-raised on the calling thread
-            errors.append(error)
+        works[index].wait()
         done_s[index] = time.perf_counter() - start
 
-    threads = [threading.Thread(target=wait_for, args=(i,), daemon=True) for i in range(len(works))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    run_threads(wait_for, len(works), "incast-receive")
     return done_s
 
 

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from sgdscale.placement import place_tensors
-from sgdscale.runtime.rank import RankContext
+from sgdscale.runtime.rank import RankContext, run_threads
 from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
 
 
@@ -253,44 +253,34 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
                 recorder: EventRecorder | None = None) -> None:
     lock = threading.Lock()
     served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
-    errors: list[BaseException] = []
     order = mine  # already in gradient-ready order
 
     def serve(w: int) -> None:
-        try:
-            grads = {i: torch.empty_like(values[i]) for i in mine}
-            for iteration in range(total):
-                recvs = {i: dist.irecv(grads[i], src=w, tag=i) for i in order}
-                replies = []
-                for i in order:
-                    waiting = time.perf_counter() if recorder is not None else 0.0
-                    recvs[i].wait()
-                    if recorder is not None:
-                        recorder.add(f"from worker {w}", "wait for gradients", waiting, time.perf_counter(),
-                                     {"tensor": i, "worker": w}, iteration=iteration)
-                    with lock:
-                        t = time.perf_counter()
-                        values[i].add_(grads[i], alpha=-lr)
-                        reply = values[i].clone()
-                        done = time.perf_counter()
-                        stats["busy_s"] += done - t
-                        stats["updates"] += 1
-                    if recorder is not None:  # the worker's iteration: this thread serves one worker
-                        recorder.add(f"from worker {w}", f"update tensor {i}", t, done, {"tensor": i, "worker": w},
-                                     iteration=iteration)
-                    replies.append(dist.isend(reply, dst=w, tag=i))
-                for work in replies:
-                    work.wait()
+        grads = {i: torch.empty_like(values[i]) for i in mine}
+        for iteration in range(total):
+            recvs = {i: dist.irecv(grads[i], src=w, tag=i) for i in order}
+            replies = []
+            for i in order:
+                waiting = time.perf_counter() if recorder is not None else 0.0
+                recvs[i].wait()
+                if recorder is not None:
+                    recorder.add(f"from worker {w}", "wait for gradients", waiting, time.perf_counter(),
+                                 {"tensor": i, "worker": w}, iteration=iteration)
                 with lock:
-                    served[w] += 1
-                    report_progress(min(served))
-        except BaseException as error:  # surfaced by the main thread
-            errors.append(error)
+                    t = time.perf_counter()
+                    values[i].add_(grads[i], alpha=-lr)
+                    reply = values[i].clone()
+                    done = time.perf_counter()
+                    stats["busy_s"] += done - t
+                    stats["updates"] += 1
+                if recorder is not None:  # the worker's iteration: this thread serves one worker
+                    recorder.add(f"from worker {w}", f"update tensor {i}", t, done, {"tensor": i, "worker": w},
+                                 iteration=iteration)
+                replies.append(dist.isend(reply, dst=w, tag=i))
+            for work in replies:
+                work.wait()
+            with lock:
+                served[w] += 1
+                report_progress(min(served))
 
-    threads = [threading.Thread(target=serve, args=(w,), name=f"ps-worker-{w}", daemon=True) for w in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    run_threads(serve, workers, "ps-worker")

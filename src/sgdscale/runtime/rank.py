@@ -31,7 +31,9 @@ import json
 import mmap
 import os
 import sys
+import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -57,6 +59,26 @@ class ProgressCounter:
 
     def set(self, value: int) -> None:
         self._view[0] = value
+
+
+def run_threads(target: Callable[[int], None], count: int, name: str = "rank-thread") -> None:
+    """Run target(0), ..., target(count - 1), one thread each, wait for all, and re-raise the first
+    error here: an exception in a thread would otherwise only be printed, and the rank would go on."""
+    errors: list[BaseException] = []
+
+    def guarded(index: int) -> None:
+        try:
+            target(index)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(i,), name=f"{name}-{i}", daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 @dataclass
