@@ -1,11 +1,16 @@
-"""Coarse against fine on synchronous PS, where the held-out sets show coarse 12-18% too slow.
+"""Coarse against fine on synchronous PS, and the late fraction of the pull that coarse takes from fine.
 
-The fine method is within 1-5% of the held-out sync-PS runs (sets 5 and 7), the coarse one 12-18%
-too slow on the replays and set 7: it keeps push and pull as serial phases with the compute in
-front, while fine hides much of it (gloo's early receive notice lets the first worker pull during
-the next push phase; workers that got their parameters early compute while others still pull).
-This measures that gap on built-in profiles, 1 and 10 Gbit/s, 2-16 workers, one shard, sharing
-sigma 0.2 (the emulated cluster's typical measured value), no variability: coarse / fine - 1.
+The fine method is within 1-5% of the held-out sync-PS runs (sets 5 and 7). Coarse was 12-18% too
+slow on the replays and set 7 while it kept a whole pull after the push phase. gloo's receive
+rule lets the workers whose backward ends before the shard posts its next receives pull during the
+push phase; only the late ones pull after it (`sgdscale.coarse.heuristics`, "Sync PS pull tail").
+
+1. Late fraction: how much of the server NIC's pull the fine simulation leaves after the push
+   phase, i.e. (fine step - coarse step without any pull tail) / (one pull phase on the busiest
+   server NIC), for resnet50, bert and mobilenet_v2 at 1 Gbit/s (communication-bound), 2-8
+   workers, 1-4 shards and sharing sigma 0-0.5, no variability. Coarse's one-shard rule is 1/2.
+2. Coarse / fine - 1 on built-in profiles, 1 and 10 Gbit/s, 2-16 workers, one shard, sharing sigma
+   0.2 (the emulated cluster's typical measured value), no variability; then 2 and 4 shards.
 
     .venv/bin/python benchmarks/coarse_vs_fine_syncps.py
 
@@ -18,39 +23,75 @@ import dataclasses
 import statistics
 import sys
 from pathlib import Path
+from unittest import mock
 
 from sgdscale.cluster import Cluster
-from sgdscale.coarse.models import solve_ps_sync
+from sgdscale.coarse import heuristics
+from sgdscale.coarse.models import _ServerCosts, solve_ps_sync
 from sgdscale.comm import CommModel
 from sgdscale.fine.ps import simulate_ps
 from sgdscale.profile import load_profile
 from sgdscale.strategy import Strategy
 
 MODELS = ("resnet50", "gpt2", "bert", "mobilenet_v2", "densenet121", "resnet18")
+LATE_MODELS = ("resnet50", "bert", "mobilenet_v2")
 SIGMA = 0.2
+LATENCY_S = 50e-6
+STRATEGY = Strategy(kind="ps-sync")
 
 
-def main() -> int:
-    lines, gaps = [], []
-    strategy = Strategy(kind="ps-sync")
-    for model in MODELS:
+def step_s(profile, cluster: Cluster, comm: CommModel, method: str) -> float:
+    if method == "fine":
+        out = simulate_ps(profile, cluster, STRATEGY, comm, iterations=60, warmup=10, seed=0, variability=False)
+    else:
+        out = solve_ps_sync(profile, cluster, STRATEGY, comm, iterations=60, seed=0, variability=False,
+                            heuristics=True)
+    return cluster.workers * profile.batch_size / out.throughput
+
+
+def late_fraction(profile, workers: int, shards: int, sigma: float) -> float:
+    comm = dataclasses.replace(CommModel.from_link(1e9, LATENCY_S), share_weight_sigma=sigma)
+    cluster = Cluster(workers, 1e9, LATENCY_S, shards)
+    costs = _ServerCosts(profile, cluster, STRATEGY, comm)
+    server_s = float(costs.topology.ps_transfer_s(costs.bytes, costs.total_bytes)[0].max())
+    with mock.patch.object(heuristics, "sync_pull_tail_s", return_value=0.0):
+        without_tail = step_s(profile, cluster, comm, "coarse")
+    return (step_s(profile, cluster, comm, "fine") - without_tail) / server_s
+
+
+def compare(lines: list[str], cases: list[tuple[str, float, int, int]]) -> None:
+    gaps = []
+    for model, bandwidth_bps, workers, shards in cases:
         profile = load_profile(model)
-        for bandwidth_bps in (1e9, 10e9):
-            for workers in (2, 3, 4, 6, 8, 16):
-                comm = dataclasses.replace(CommModel.from_link(bandwidth_bps, 50e-6), share_weight_sigma=SIGMA)
-                cluster = Cluster(workers, bandwidth_bps, 50e-6, 1)
-                fine = simulate_ps(profile, cluster, strategy, comm, iterations=60, warmup=10, seed=0,
-                                   variability=False).throughput
-                coarse = solve_ps_sync(profile, cluster, strategy, comm, iterations=60, seed=0, variability=False,
-                                       heuristics=True).throughput
-                gaps.append(coarse / fine - 1)
-                lines.append(f"{model:12s} {bandwidth_bps / 1e9:4.0f} Gbit/s {workers:2d} workers: "
-                             f"fine {fine:8.2f}, coarse {coarse:8.2f} samples/s, coarse/fine - 1 {gaps[-1]:+.1%}")
-                print(lines[-1], flush=True)
+        comm = dataclasses.replace(CommModel.from_link(bandwidth_bps, LATENCY_S), share_weight_sigma=SIGMA)
+        cluster = Cluster(workers, bandwidth_bps, LATENCY_S, shards)
+        fine = workers * profile.batch_size / step_s(profile, cluster, comm, "fine")
+        coarse = workers * profile.batch_size / step_s(profile, cluster, comm, "coarse")
+        gaps.append(coarse / fine - 1)
+        lines.append(f"{model:12s} {bandwidth_bps / 1e9:4.0f} Gbit/s {workers:2d} workers {shards} shard(s): "
+                     f"fine {fine:8.2f}, coarse {coarse:8.2f} samples/s, coarse/fine - 1 {gaps[-1]:+.1%}")
+        print(lines[-1], flush=True)
     absolute = [abs(g) for g in gaps]
     lines.append(f"{len(gaps)} cases: median |coarse/fine - 1| {statistics.median(absolute):.1%}, "
                  f"max {max(absolute):.1%}, mean signed {statistics.mean(gaps):+.1%}")
-    print(lines[-1])
+    print(lines[-1], flush=True)
+
+
+def main() -> int:
+    lines = ["## 1. Late fraction of the pull in the fine simulation (1 Gbit/s, no variability)", ""]
+    sigmas = (0.0, 0.1, 0.2, 0.3, 0.5)
+    lines.append("model        workers shards  " + "  ".join(f"sigma {s:.1f}" for s in sigmas))
+    for model in LATE_MODELS:
+        profile = load_profile(model)
+        for workers, shards in ((2, 1), (4, 1), (8, 1), (4, 2), (8, 2), (4, 4), (8, 4)):
+            row = [late_fraction(profile, workers, shards, sigma) for sigma in sigmas]
+            lines.append(f"{model:12s} {workers:7d} {shards:6d}  " + "  ".join(f"{f:9.2f}" for f in row))
+            print(lines[-1], flush=True)
+    lines += ["", "## 2. Coarse against fine, one shard (sharing sigma 0.2, no variability)", ""]
+    compare(lines, [(m, bw, w, 1) for m in MODELS for bw in (1e9, 10e9) for w in (2, 3, 4, 6, 8, 16)])
+    lines += ["", "## 3. Coarse against fine, several shards (sharing sigma 0.2, no variability)", ""]
+    compare(lines, [(m, bw, w, s) for m in LATE_MODELS for bw in (1e9, 10e9)
+                    for w, s in ((2, 4), (4, 2), (4, 4), (8, 2), (8, 4))])
     out = Path(__file__).parent / "results" / "coarse_vs_fine_syncps.txt"
     out.write_text("`benchmarks/coarse_vs_fine_syncps.py`\n\n" + "\n".join(lines) + "\n")
     return 0

@@ -8,7 +8,10 @@ slow links and slow workers. One entry was re-recorded on purpose since: sync PS
 posts its next receives only after all its replies have left (`sgdscale.fine.ps`), and again
 (61.0 -> 67.6) when a worker whose pushes wait for the shard sends its receive notice ahead of
 them; and `cnn-pssync-net` (fine, 2 and 4 workers: -0.01% and +0.3%) when the notice learned it
-cannot leave before the worker's backward ends. Every other entry is still the pre-topology
+cannot leave before the worker's backward ends; and the coarse sync PS entries of `mlp-pssync`
+(2 and 4 workers: 58.3 -> 69.7, 58.9 -> 70.6) and `cnn-pssync-net` (2 and 4 workers: +8.1%,
++14.7%) when its pull after the push phase became the late workers' share
+(`sgdscale.coarse.heuristics.sync_pull_tail_s`). Every other entry is still the pre-topology
 recording.
 """
 

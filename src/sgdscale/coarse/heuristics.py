@@ -26,13 +26,29 @@ stage k, "first message reaches k, all messages pass k, the last message finishe
 stages", and at least "the last message goes through every stage":
     end >= max_k ( h_1 + sum_{j<k} s_j[1] + sum_g s_k[g] + sum_{j>k} s_j[G] ),  h_G + sum_k s_k[G]
 `pipeline_end_s` takes the max of these K + 1 terms (h = time until the first / last message is
-ready), plus every message's own path h_g + sum_k s_k[g] (h_g from the mean backward timeline). With one stage it is the backward-overlap formula above. The pipeline holds the pushes and
-updates only: gloo sends a message only into a posted receive, and a worker's notice that it is
-ready to receive its new parameters queues behind its own pushes, so pulls start after the last
-push (measured: assuming a full-duplex pipeline of push and pull predicted sync PS 30% too fast
-on the emulated cluster). The next forward needs layer 0's parameters, which travel in the last
-message (backward order), so the pull hardly overlaps the next forward and the heuristic does
-not assume it does. Stage times are split over messages in proportion to their bytes (fluid network).
+ready), plus every message's own path h_g + sum_k s_k[g] (h_g from the mean backward timeline).
+With one stage it is the backward-overlap formula above. The pipeline holds the pushes and
+updates only; what is left of the pull after the last push is `sync_pull_tail_s`. The next
+forward needs layer 0's parameters, which travel in the last message (backward order), so the
+pull hardly overlaps the next forward and the heuristic does not assume it does. Stage times are
+split over messages in proportion to their bytes (fluid network).
+
+**Sync PS pull tail.** gloo sends a message only into a posted receive, and a worker's notice that
+it is ready for its new parameters travels behind its own pushes (measured: a full-duplex pipeline
+of push and pull predicted sync PS 30% too fast), unless the shard had not yet posted its receives
+of the step when the worker's backward ended (the shard posts them once all its replies of the
+previous step have left). Such an early worker's notice goes first and its pull runs during the
+push phase, tensor by tensor as all workers' copies arrive; a late worker pulls only after its last
+push. Early workers got their parameters while late ones still pulled, so they stay early: links
+that share unequally (every measured network: sigma 0.2-0.3) sort the workers into the two kinds.
+The fine simulator, which carries these rules and is within 3% of the held-out sync PS runs, gives
+the share of the busiest server NIC's pull left after the push phase (benchmarks/
+coarse_vs_fine_syncps.py: resnet50, bert, mobilenet_v2 at 1 Gbit/s, 2-8 workers, sigma 0.1-0.5):
+median 0.54 with one shard (0.34-0.84), 0.61 with two (0.41-0.77), 0.81 with four (0.65-1.12), a
+worker being late wherever any of its shards holds it back. `sync_pull_tail_s` takes S / (S + 1)
+for S shards. A whole pull after the push phase made coarse sync PS 12-18% too slow on the held-out
+sets. A worker's own NIC (and intra-node link) carries only its own pull, which a late worker runs
+whole after its push.
 
 **Async PS.** In the closed network a worker's queueing and transfer time at the server can
 hide behind its own backward in the same way. The model applies `pipeline_end_s` to the worker's
@@ -90,3 +106,13 @@ def split_by_bytes(total_s: float, nbytes: Sequence[float]) -> list[float]:
     if whole <= 0:
         return [0.0 for _ in nbytes]
     return [total_s * b / whole for b in nbytes]
+
+
+
+
+def sync_pull_tail_s(server_nic_s: float, worker_nic_s: float, intra_s: float, workers: int, shards: int) -> float:
+    """The part of a sync PS pull left after the last push (module doc, "Sync PS pull tail"): the late
+    workers' share of the busiest server NIC's pull, S / (S + 1) with S shards, and a late worker's
+    whole pull on its own links. A single worker is late alone: its whole pull."""
+    late = 1.0 if workers <= 1 else shards / (shards + 1.0)
+    return max(late * server_nic_s, worker_nic_s, intra_s)

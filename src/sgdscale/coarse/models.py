@@ -23,7 +23,6 @@ from sgdscale.coarse.phases import (
 )
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, overlap_end_s
-from sgdscale.comm.sharing import first_over_last
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
@@ -153,9 +152,8 @@ class _ServerCosts:
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
-    pushes and updates a pipeline that starts during backward, the pull after the last push; on a
-    network measured to share links unequally the pull starts when the first worker is done
-    pushing, `sgdscale.comm.sharing.first_over_last` of the push phase).
+    pushes and updates a pipeline that starts during backward, then the late half of the pull:
+    `heuristics.sync_pull_tail_s`).
 
     push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
     down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
@@ -172,18 +170,14 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     shard_nic_s, worker_nic_s, intra_s = costs.topology.ps_transfer_s(costs.bytes, costs.total_bytes)
     transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s)
     push = costs.alpha + transfer if costs.total_bytes > 0 else 0.0
-    # Links shared unequally (comm.sharing): the first worker is done pushing, and its pulls can
-    # start, at a fraction of the push phase, so the pull phase ends that much earlier.
-    pull_tail = first_over_last(n, costs.topology.nic.share_weight_sigma) * transfer
-    pull = costs.alpha + pull_tail if costs.total_bytes > 0 else 0.0
+    pull = push
     update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes
     update = float(update_per_shard.max(initial=0.0))
 
     if heuristics and costs.total_bytes > 0:
-        # Messages flow push -> update -> pull through the busiest resources as a pipeline that
-        # starts during backward (heuristics.pipeline_end_s).
-        # Pushes and updates flow as a pipeline that starts during backward; the pull follows the
-        # last push (gloo sends only into a posted receive, whose notice queues behind the pushes).
+        # Pushes and updates flow as a pipeline that starts during backward (heuristics.pipeline_end_s);
+        # what is left of the pull after the last push: its late workers' half (heuristics.sync_pull_tail_s).
+        pull_tail = hz.sync_pull_tail_s(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s, n, costs.shards)
         groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
         stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
