@@ -56,6 +56,21 @@ def test_a_case_is_scored_by_the_median_of_its_runs_with_its_band(tmp_path):
     assert runs_of(old) == [{"round": 0, "measured_throughput": 50.0, "predicted_throughput": {"fine": 55.0}}]
 
 
+def test_network_benchmark_measures_incast_with_every_ps_case_senders(tmp_path):
+    """Sharing is fitted from incast with 2 senders or more: a PS grid's benchmark adds its largest
+    PS case's node count (workers + shards), so a 2-worker grid gets incast with 2 senders."""
+    def validator(workers, strategies, ps_count=1):
+        grid = Grid(specs=[ModelSpec("mlp", 32)], workers=workers, bandwidths_bps=[1e9], strategies=strategies,
+                    ps_count=ps_count)
+        return Validator(grid, tmp_path, log=lambda text: None)
+
+    assert validator([2], ["allreduce"]).bench_runs() == [2]
+    two = validator([2], ["allreduce", "ps-sync"])
+    assert two.bench_counts() == [2] and two.bench_runs() == [2, 3]
+    assert two.network_path(1e9).name == "1000Mbit-q0.2-n2.json"  # named by the grid's worker counts, as before
+    assert validator([3, 4], ["ps-async"], ps_count=2).bench_runs() == [3, 4, 6]
+
+
 @pytest.mark.testbed
 @needs_root
 def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
