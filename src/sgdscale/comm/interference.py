@@ -231,7 +231,8 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
                      "(--no-interference to leave it out)")
     if network is None:
         notes.append("nominal network figures (no --network FILE): " + TYPICAL_MEASURED_NOTE
-                     + "; measure yours with `sgdscale netbench --ops p2p,allreduce,overlap -o net.json`")
+                     + "; measure yours with "
+                     "`sgdscale netbench --workers 2,3 --ops p2p,allreduce,incast,overlap -o net.json`")
     else:
         nominal = (network.environment or {}).get("bandwidth_bps")
         if nominal:

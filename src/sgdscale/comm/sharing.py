@@ -6,8 +6,11 @@ weighted max-min, each flow (one connection's messages of one step) weighted exp
 standard normal (`sgdscale.fine.links`). Under that sharing, k equal flows started together finish
 in the order of their weights, the heaviest first at sum(phi) / (k * max(phi)) of the last one's
 time (the last finishes when all bytes are through, as under equal sharing). `first_over_last` is
-that fraction, which the coarse method uses for when the first worker is done pushing, and which
-netbench's sharing fit inverts.
+that fraction, which netbench's sharing fit inverts.
+
+Nothing measured (nominal figures, or a network file from netbench with 2 processes, whose incast has
+one sender): links are shared equally, and identical parameter-server workers can settle into lock
+step in the fine method. `EQUAL_SHARING_NOTE` says so wherever that happens.
 """
 
 from __future__ import annotations
@@ -17,6 +20,14 @@ from functools import lru_cache
 import numpy as np
 
 DRAWS = 20_000  # Monte Carlo draws: the fraction to about 1e-3, deterministic (fixed seed)
+
+# Measured on held-out sets 8 and 9 (README): what equal sharing did to 2-worker PS, and the fix.
+EQUAL_SHARING_NOTE = (
+    "links are shared equally (nothing measured how flows share them), and identical parameter-server workers "
+    "can then run in lock step in the fine method: with 2 workers it predicted sync PS 15-21% and async PS 31-44% "
+    "too slow on held-out sets 8 and 9, where a network file with the sharing measured came within 6.3%; measure it "
+    "with `sgdscale netbench` with 3 processes or more (incast needs 2 senders) and pass --network"
+)
 
 
 @lru_cache(maxsize=256)

@@ -286,10 +286,10 @@ def _show_and_write(console: Console, network, output: str | None) -> None:
     console.print(network_table(network))
     console.print(fits_table(network))
     if network.sharing is None and any(point.op == "incast" for point in network.points):
-        console.print("note: link sharing was not measured (incast needs 2 senders, i.e. 3 processes or more): "
-                      "parameter-server predictions from this file share links equally, and identical workers then "
-                      "run in lock step (held-out set 8, 2 workers, 47 MB: sync PS 21% and async PS 44% too slow); "
-                      "add a count of 3 or more to --workers to measure it")
+        from sgdscale.comm.sharing import EQUAL_SHARING_NOTE
+
+        console.print("note: link sharing was not measured (incast needs 2 senders, i.e. a count of 3 or more in "
+                      f"--workers); with this file {EQUAL_SHARING_NOTE}", highlight=False, soft_wrap=True)
     if output:
         write_json_atomic(output, network.to_json())
         console.print(f"wrote {output}")
