@@ -122,11 +122,16 @@ def main(argv: list[str]) -> int:
                          f"{statistics.median(firsts):.2f} ({min(firsts):.2f}-{max(firsts):.2f}) | "
                          f"{statistics.median(means):.2f} | {gap_text} |")
             print(lines[-1], flush=True)
-    out = HERE / "results"
-    (out / f"{args.output}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / f"{args.output}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.output, report, lines)
     return 0
+
+
+def write_results(stem: str, report: dict, lines: list[str]) -> None:
+    """The raw report as benchmarks/results/<stem>.json, the table as <stem>.md, and the table printed."""
+    out = HERE / "results"
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Writes benchmarks/results/scatter_gather.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -66,6 +65,8 @@ def rank_target(ctx) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from incast_fairness import write_results
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--peers", default="1,2,3")
     parser.add_argument("--bandwidth", default="400Mbit")
@@ -112,10 +113,7 @@ def main(argv: list[str]) -> int:
                              f"| {ideal / g:.2f} | {s:.3f} s ({min(scatter):.3f}-{max(scatter):.3f}) | {ideal / s:.2f} "
                              f"| {s / g:.2f} |")
                 print(lines[-1], flush=True)
-    out = HERE / "results"
-    (out / f"{args.output}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / f"{args.output}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.output, report, lines)
     return 0
 
 
