@@ -108,8 +108,6 @@ def split_by_bytes(total_s: float, nbytes: Sequence[float]) -> list[float]:
     return [total_s * b / whole for b in nbytes]
 
 
-
-
 def sync_pull_tail_s(server_nic_s: float, worker_nic_s: float, intra_s: float, workers: int, shards: int) -> float:
     """The part of a sync PS pull left after the last push (module doc, "Sync PS pull tail"): the late
     workers' share of the busiest server NIC's pull, S / (S + 1) with S shards, and a late worker's
