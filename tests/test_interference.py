@@ -71,8 +71,8 @@ def test_fine_hand_computed_two_workers():
 def test_coarse_hand_computed_two_workers():
     """All 0.33 s of collectives from 0.4 against 0.4 s of backward: collectives end 0.4 + 0.495, backward at
     0.4 + 0.495 + 0.4 - 0.2475 = 1.0475; the last group (0.03 s at 0.8) ends earlier: step 1.0475 s."""
-    assert overlap_end_s(0.4, 0.8, 0.8, [0.3, 0.03], Interference(KC, KM)) == pytest.approx(1.0475)
-    assert overlap_end_s(0.4, 0.8, 0.8, [0.3, 0.03], Interference()) == pytest.approx(0.83)
+    assert overlap_end_s([0.4, 0.8], 0.8, [0.3, 0.03], Interference(KC, KM)) == pytest.approx(1.0475)
+    assert overlap_end_s([0.4, 0.8], 0.8, [0.3, 0.03], Interference()) == pytest.approx(0.83)
     outcome = solve(two_layer_profile(), Cluster(2), Strategy(grouping="per-layer"),
                     with_interference(comm_300ms_per_mb(), Interference(KC, KM)), variability=False)
     assert float(np.mean(outcome.iteration_s)) == pytest.approx(1.0475)

@@ -11,8 +11,10 @@ them; and `cnn-pssync-net` (fine, 2 and 4 workers: -0.01% and +0.3%) when the no
 cannot leave before the worker's backward ends; and the coarse sync PS entries of `mlp-pssync`
 (2 and 4 workers: 58.3 -> 69.7, 58.9 -> 70.6) and `cnn-pssync-net` (2 and 4 workers: +8.1%,
 +14.7%) when its pull after the push phase became the late workers' share
-(`sgdscale.coarse.heuristics.sync_pull_tail_s`). Every other entry is still the pre-topology
-recording.
+(`sgdscale.coarse.heuristics.sync_pull_tail_s`); and the coarse all-reduce entries of `mlp-mgwfbp`
+(2 and 8 workers: 217.0 -> 212.9, 513.3 -> 508.4; fine 212.9, 508.4) and `cnn-slowlink` (4 workers:
+2263 -> 2023; fine 2008) when it took every term of the WFBP recurrence. Every other entry is still
+the pre-topology recording.
 """
 
 import json

@@ -14,6 +14,7 @@ from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
 from sgdscale.coarse.phases import (
     head_max,
+    head_max_means,
     optimizer_mean_s,
     pre_barrier_max,
     pre_barrier_one,
@@ -38,25 +39,26 @@ def _variable(profile: Profile, variability: bool) -> bool:
 
 def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
                         pre_max, interference=None) -> float:
-    """The two-term WFBP heuristic (see `heuristics`) with each term's E[max] over workers.
+    """The WFBP recurrence (see `heuristics`) with each group's E[max] over workers.
 
-    Communication ends at max(E[max_w head_1,w] + C, E[max_w head_G,w] + c_G), where head_g,w is
-    worker w's time from step start until group g is ready; exposed = that end - E[max_w pre_w].
-    A straggler's delay before the first group is ready is then counted once, not once in compute
-    and again in communication. Without variability this is exactly `backward_exposed_s`. With an
+    Communication ends at max_g (E[max_w head_g,w] + sum_{h>=g} c_h), where head_g,w is worker w's
+    time from step start until group g is ready; exposed = that end - E[max_w pre_w]. A straggler's
+    delay before a group is ready is then counted once, not once in compute and again in
+    communication. Without variability this is exactly `heuristics.backward_exposed_exact_s`. With an
     active `interference` each term is a two-body overlap (`comm.interference.overlap_end_s`) and the
     result also holds what the slowed backward adds.
     """
     if not groups:
         return 0.0
+    heads = head_max_means(profile, cluster, variability, groups)
     if interference is not None:
         # compute and communication slow each other while they overlap (comm.interference)
-        first_head = head_max(profile, cluster, variability, groups[0]).mean
-        last_head = head_max(profile, cluster, variability, groups[-1]).mean
-        return overlap_end_s(first_head, last_head, pre_max.mean, comm_s, interference) - pre_max.mean
-    first = head_max(profile, cluster, variability, groups[0]).mean + float(sum(comm_s))
-    last = head_max(profile, cluster, variability, groups[-1]).mean + comm_s[-1]
-    return max(0.0, first - pre_max.mean, last - pre_max.mean)
+        return overlap_end_s(heads, pre_max.mean, comm_s, interference) - pre_max.mean
+    end, suffix = 0.0, 0.0
+    for head, comm in zip(reversed(heads), reversed(comm_s)):
+        suffix += comm
+        end = max(end, head + suffix)
+    return max(0.0, end - pre_max.mean)
 
 
 def _step_samples(base: np.ndarray | float, extra_s: float, iterations: int) -> np.ndarray:

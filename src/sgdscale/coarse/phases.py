@@ -101,6 +101,17 @@ def head_max(profile: Profile, cluster: Cluster, variability: bool, group: GradG
     return max_distribution(rows, worker_scales(cluster))
 
 
+def head_max_means(profile: Profile, cluster: Cluster, variability: bool, groups: list[GradGroup]) -> list[float]:
+    """E[`head_max`] of every group, in one pass over the sampler's rows."""
+    sampler = ComputeSampler(profile, Cluster(1), variability=variability)
+    bwd = sampler.backward_table_s
+    before = sampler.data_table_s + sampler.h2d_table_s + sampler.forward_table_s.sum(axis=1)
+    scales = worker_scales(cluster)
+    # summed exactly as `head_max` does, so the last group's head equals `pre_barrier_max` to the bit
+    return [max_distribution(before + (bwd[:, g.ready_layer + 1:].sum(axis=1) + g.ready_fraction * bwd[:, g.ready_layer]),
+                             scales).mean for g in groups]
+
+
 def pre_barrier_max(profile: Profile, cluster: Cluster, variability: bool) -> Discrete:
     """Distribution of the slowest worker's pre-barrier compute (a point mass without variability)."""
     return head_max(profile, cluster, variability, GradGroup((), 0, 0, 1.0, profile.backward_s))

@@ -137,19 +137,20 @@ def stream_with_interference(ready_s: np.ndarray, costs_s: np.ndarray, backward_
     return starts, ends, backward_end
 
 
-def overlap_end_s(head_first_s: float, head_last_s: float, pre_s: float, comm_s: list[float],
-                  interference: Interference) -> float:
-    """Coarse heuristic with interference: when both backward and communication are done, from step start.
+def overlap_end_s(heads_s: list[float], pre_s: float, comm_s: list[float], interference: Interference) -> float:
+    """Coarse WFBP with interference: when both backward and communication are done, from step start.
 
-    The two extreme WFBP terms of `sgdscale.coarse.heuristics.backward_exposed_s`, each as a two-body
-    overlap: all communication from the first ready group on against the backward left after it, and
-    the last group against the backward left after it; the later end wins.
+    Every term of the WFBP recurrence (`sgdscale.coarse.heuristics`), each as a two-body overlap: the
+    communication from group g on against the backward left after g is ready (`heads_s[g]`); the
+    latest end wins.
     """
     if not comm_s:
         return pre_s
     ends = []
-    for head, comm in ((head_first_s, float(sum(comm_s))), (head_last_s, comm_s[-1])):
-        compute_end, comm_end = two_body_end_s(pre_s - head, comm, interference)
+    suffix = 0.0
+    for head, comm in zip(reversed(heads_s), reversed(comm_s)):
+        suffix += comm
+        compute_end, comm_end = two_body_end_s(pre_s - head, suffix, interference)
         ends.append(head + max(compute_end, comm_end))
     return max(max(ends), pre_s)
 
