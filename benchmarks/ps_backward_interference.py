@@ -14,13 +14,11 @@ Raw output: benchmarks/results/ps_backward_interference.md.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 
-from repredict_sets import HERE, grids_of
+from repredict_sets import HERE, kept_cases
 from sgdscale.fine.ps import simulate_ps
-from sgdscale.validation import Validator, runs_of
 
 SETS = ("heldout6", "heldout7", "heldout8", "heldout9")
 
@@ -39,28 +37,19 @@ def main() -> int:
              "median measurement.", "", "| set | case | compute slowdown | recorded | backward slowed |",
              "|---|---|---:|---:|---:|"]
     recorded_all, slowed_all = [], []
-    for set_name in SETS:
-        folder = HERE / "results" / f"accuracy-{set_name}"
-        rows = {row["key"]: row for row in json.loads((folder / "results.json").read_text())["cases"]}
-        for grid in grids_of(set_name):
-            validator = Validator(grid, folder, log=lambda text: None)
-            for case in grid.cases():
-                if not case.strategy.startswith("ps") or case.key not in rows:
-                    continue
-                runs = runs_of(rows[case.key])
-                measured = statistics.median(run["measured_throughput"] for run in runs)
-                slowed = []
-                for run in runs:
-                    profile, cluster, strategy, comm, variability = validator.case_inputs(case, run.get("round", 0))
-                    factor = comm.interference.compute_slowdown if comm.interference is not None else 1.0
-                    slowed.append(simulate_ps(backward_slowed(profile, factor), cluster, strategy, comm, iterations=200,
-                                              warmup=10, seed=0, variability=variability).throughput)
-                recorded = statistics.median(run["predicted_throughput"]["fine"] for run in runs) / measured - 1
-                new = statistics.median(slowed) / measured - 1
-                recorded_all.append(recorded)
-                slowed_all.append(new)
-                lines.append(f"| {set_name} | {case.key} | {factor:.2f} | {recorded:+.1%} | {new:+.1%} |")
-                print(lines[-1], flush=True)
+    for set_name, validator, case, runs, measured in kept_cases(SETS, {"ps-sync", "ps-async"}):
+        slowed = []
+        for run in runs:
+            profile, cluster, strategy, comm, variability = validator.case_inputs(case, run.get("round", 0))
+            factor = comm.interference.compute_slowdown if comm.interference is not None else 1.0
+            slowed.append(simulate_ps(backward_slowed(profile, factor), cluster, strategy, comm, iterations=200,
+                                      warmup=10, seed=0, variability=variability).throughput)
+        recorded = statistics.median(run["predicted_throughput"]["fine"] for run in runs) / measured - 1
+        new = statistics.median(slowed) / measured - 1
+        recorded_all.append(recorded)
+        slowed_all.append(new)
+        lines.append(f"| {set_name} | {case.key} | {factor:.2f} | {recorded:+.1%} | {new:+.1%} |")
+        print(lines[-1], flush=True)
     lines += ["", "| predictions | cases | median abs error | max abs error | mean signed |", "|---|---:|---:|---:|---:|"]
     for name, values in (("recorded", recorded_all), ("backward slowed", slowed_all)):
         lines.append(f"| {name} | {len(values)} | {statistics.median(abs(v) for v in values):.1%} | "

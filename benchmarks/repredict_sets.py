@@ -42,6 +42,20 @@ def grids_of(set_name: str) -> list[Grid]:
             for g in spec["grids"]]
 
 
+def kept_cases(set_names, strategies):
+    """Every kept case of the named sets whose strategy is selected, as (set name, validator, case,
+    its runs, the median measured throughput): what a re-prediction needs, nothing rerun."""
+    for set_name in set_names:
+        folder = HERE / "results" / f"accuracy-{set_name}"
+        rows = {row["key"]: row for row in json.loads((folder / "results.json").read_text())["cases"]}
+        for grid in grids_of(set_name):
+            validator = Validator(grid, folder, log=lambda text: None)
+            for case in grid.cases():
+                if case.strategy in strategies and case.key in rows:
+                    runs = runs_of(rows[case.key])
+                    yield set_name, validator, case, runs, statistics.median(run["measured_throughput"] for run in runs)
+
+
 def current(validator: Validator, case, round_index: int, methods: list[str]) -> dict[str, float]:
     """The current predictions of one run (measured network file; nominal figures), as predict_case."""
     profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index)
@@ -75,28 +89,20 @@ def main(argv: list[str]) -> int:
              "on the same kept runs, profiles and network files.", "",
              "| set | case | measured (samples/s) | " + " | ".join(f"{m}: recorded | {m}: now" for m in methods) + " |",
              "|---|---|---:|" + "---:|---:|" * len(methods)]
-    per_set: dict[str, dict[str, list[float]]] = {}
-    for set_name in args.sets.split(","):
-        folder = HERE / "results" / f"accuracy-{set_name}"
-        rows = {row["key"]: row for row in json.loads((folder / "results.json").read_text())["cases"]}
-        errors = per_set.setdefault(set_name, {f"{m} {w}": [] for m in methods for w in ("recorded", "now")})
-        for grid in grids_of(set_name):
-            validator = Validator(grid, folder, log=lambda text: None)
-            for case in grid.cases():
-                if case.strategy not in strategies or case.key not in rows:
-                    continue
-                runs = runs_of(rows[case.key])
-                measured = statistics.median(run["measured_throughput"] for run in runs)
-                now = [current(validator, case, run.get("round", 0), methods) for run in runs]
-                cells = []
-                for m in methods:
-                    recorded = statistics.median(run["predicted_throughput"][m] for run in runs) / measured - 1
-                    latest = statistics.median(p[m] for p in now) / measured - 1
-                    errors[f"{m} recorded"].append(recorded)
-                    errors[f"{m} now"].append(latest)
-                    cells += [f"{recorded:+.1%}", f"{latest:+.1%}"]
-                lines.append(f"| {set_name} | {case.key} | {measured:.2f} | " + " | ".join(cells) + " |")
-                print(lines[-1], flush=True)
+    per_set: dict[str, dict[str, list[float]]] = {
+        name: {f"{m} {w}": [] for m in methods for w in ("recorded", "now")} for name in args.sets.split(",")}
+    for set_name, validator, case, runs, measured in kept_cases(args.sets.split(","), strategies):
+        errors = per_set[set_name]
+        now = [current(validator, case, run.get("round", 0), methods) for run in runs]
+        cells = []
+        for m in methods:
+            recorded = statistics.median(run["predicted_throughput"][m] for run in runs) / measured - 1
+            latest = statistics.median(p[m] for p in now) / measured - 1
+            errors[f"{m} recorded"].append(recorded)
+            errors[f"{m} now"].append(latest)
+            cells += [f"{recorded:+.1%}", f"{latest:+.1%}"]
+        lines.append(f"| {set_name} | {case.key} | {measured:.2f} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
     lines += ["", "| set | " + " | ".join(f"{m}: recorded | {m}: now" for m in methods) + " |",
               "|---|" + "---|---|" * len(methods)]
     everything: dict[str, list[float]] = {}

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
 import sys
 
-from repredict_sets import HERE, SETS, grids_of
+from repredict_sets import HERE, SETS, kept_cases
 from sgdscale.cluster import Cluster
 from sgdscale.comm import CommModel
 from sgdscale.fine.ps import simulate_ps
-from sgdscale.validation import Validator, runs_of
 
 
 def fine(profile, cluster, strategy, comm, variability: bool) -> float:
@@ -49,34 +47,25 @@ def main(argv: list[str]) -> int:
              f"| nominal, sigma 0 | nominal, sigma {args.sigma:g} |",
              "|---|---|---:|---|---:|---:|---:|---:|"]
     errors: dict[str, list[float]] = {"file0": [], "file1": [], "nom0": [], "nom1": []}
-    for set_name in args.sets.split(","):
-        folder = HERE / "results" / f"accuracy-{set_name}"
-        rows = {row["key"]: row for row in json.loads((folder / "results.json").read_text())["cases"]}
-        for grid in grids_of(set_name):
-            validator = Validator(grid, folder, log=lambda text: None)
-            for case in grid.cases():
-                if not case.strategy.startswith("ps") or case.key not in rows:
-                    continue
-                runs = runs_of(rows[case.key])
-                measured = statistics.median(run["measured_throughput"] for run in runs)
-                predicted: dict[str, list[float]] = {key: [] for key in errors}
-                for run in runs:
-                    profile, cluster, strategy, comm, variability = validator.case_inputs(case, run.get("round", 0))
-                    measured_sharing = comm.share_weight_sigma > 0
-                    predicted["file0"].append(fine(profile, cluster, strategy, comm, variability))
-                    predicted["file1"].append(predicted["file0"][-1] if measured_sharing else fine(
-                        profile, cluster, strategy, dataclasses.replace(comm, share_weight_sigma=args.sigma), variability))
-                    nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
-                    nominal = CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s)
-                    predicted["nom0"].append(fine(profile, nominal_cluster, strategy, nominal, variability))
-                    predicted["nom1"].append(fine(profile, nominal_cluster, strategy,
-                                                  dataclasses.replace(nominal, share_weight_sigma=args.sigma), variability))
-                error = {key: statistics.median(values) / measured - 1 for key, values in predicted.items()}
-                for key, value in error.items():
-                    errors[key].append(value)
-                lines.append(f"| {set_name} | {case.key} | {measured:.2f} | {'yes' if measured_sharing else 'no'} | "
-                             + " | ".join(f"{error[key]:+.1%}" for key in ("file0", "file1", "nom0", "nom1")) + " |")
-                print(lines[-1], flush=True)
+    for set_name, validator, case, runs, measured in kept_cases(args.sets.split(","), {"ps-sync", "ps-async"}):
+        predicted: dict[str, list[float]] = {key: [] for key in errors}
+        for run in runs:
+            profile, cluster, strategy, comm, variability = validator.case_inputs(case, run.get("round", 0))
+            measured_sharing = comm.share_weight_sigma > 0
+            predicted["file0"].append(fine(profile, cluster, strategy, comm, variability))
+            predicted["file1"].append(predicted["file0"][-1] if measured_sharing else fine(
+                profile, cluster, strategy, dataclasses.replace(comm, share_weight_sigma=args.sigma), variability))
+            nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
+            nominal = CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s)
+            predicted["nom0"].append(fine(profile, nominal_cluster, strategy, nominal, variability))
+            predicted["nom1"].append(fine(profile, nominal_cluster, strategy,
+                                          dataclasses.replace(nominal, share_weight_sigma=args.sigma), variability))
+        error = {key: statistics.median(values) / measured - 1 for key, values in predicted.items()}
+        for key, value in error.items():
+            errors[key].append(value)
+        lines.append(f"| {set_name} | {case.key} | {measured:.2f} | {'yes' if measured_sharing else 'no'} | "
+                     + " | ".join(f"{error[key]:+.1%}" for key in ("file0", "file1", "nom0", "nom1")) + " |")
+        print(lines[-1], flush=True)
     lines += ["", "| predictions | cases | median abs error | max abs error | mean signed |", "|---|---:|---:|---:|---:|"]
     names = {"file0": "network file, sigma 0 where unmeasured", "file1": f"network file, sigma {args.sigma:g} where unmeasured",
              "nom0": "nominal, sigma 0", "nom1": f"nominal, sigma {args.sigma:g}"}
