@@ -17,7 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from repredict_sets import HERE, kept_cases
+from repredict_sets import HERE, error_summary, kept_cases
 from sgdscale.fine.ps import simulate_ps
 
 SETS = ("heldout6", "heldout7", "heldout8", "heldout9")
@@ -50,10 +50,7 @@ def main() -> int:
         slowed_all.append(new)
         lines.append(f"| {set_name} | {case.key} | {factor:.2f} | {recorded:+.1%} | {new:+.1%} |")
         print(lines[-1], flush=True)
-    lines += ["", "| predictions | cases | median abs error | max abs error | mean signed |", "|---|---:|---:|---:|---:|"]
-    for name, values in (("recorded", recorded_all), ("backward slowed", slowed_all)):
-        lines.append(f"| {name} | {len(values)} | {statistics.median(abs(v) for v in values):.1%} | "
-                     f"{max(abs(v) for v in values):.1%} | {statistics.mean(values):+.1%} |")
+    lines += error_summary({"recorded": recorded_all, "backward slowed": slowed_all})
     print("\n".join(lines[-4:]))
     (HERE / "results" / "ps_backward_interference.md").write_text("\n".join(lines) + "\n")
     return 0

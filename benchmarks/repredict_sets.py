@@ -56,6 +56,17 @@ def kept_cases(set_names, strategies):
                     yield set_name, validator, case, runs, statistics.median(run["measured_throughput"] for run in runs)
 
 
+def error_summary(named_errors: dict[str, list[float]]) -> list[str]:
+    """Markdown rows: per named list of relative errors, the case count, median and max absolute
+    error and the mean signed error."""
+    lines = ["", "| predictions | cases | median abs error | max abs error | mean signed |", "|---|---:|---:|---:|---:|"]
+    for name, values in named_errors.items():
+        absolute = [abs(v) for v in values]
+        lines.append(f"| {name} | {len(values)} | {statistics.median(absolute):.1%} | {max(absolute):.1%} | "
+                     f"{statistics.mean(values):+.1%} |")
+    return lines
+
+
 def current(validator: Validator, case, round_index: int, methods: list[str]) -> dict[str, float]:
     """The current predictions of one run (measured network file; nominal figures), as predict_case."""
     profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index)

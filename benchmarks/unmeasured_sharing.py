@@ -23,7 +23,7 @@ import dataclasses
 import statistics
 import sys
 
-from repredict_sets import HERE, SETS, kept_cases
+from repredict_sets import HERE, SETS, error_summary, kept_cases
 from sgdscale.cluster import Cluster
 from sgdscale.comm import CommModel
 from sgdscale.fine.ps import simulate_ps
@@ -66,13 +66,9 @@ def main(argv: list[str]) -> int:
         lines.append(f"| {set_name} | {case.key} | {measured:.2f} | {'yes' if measured_sharing else 'no'} | "
                      + " | ".join(f"{error[key]:+.1%}" for key in ("file0", "file1", "nom0", "nom1")) + " |")
         print(lines[-1], flush=True)
-    lines += ["", "| predictions | cases | median abs error | max abs error | mean signed |", "|---|---:|---:|---:|---:|"]
     names = {"file0": "network file, sigma 0 where unmeasured", "file1": f"network file, sigma {args.sigma:g} where unmeasured",
              "nom0": "nominal, sigma 0", "nom1": f"nominal, sigma {args.sigma:g}"}
-    for key, values in errors.items():
-        absolute = [abs(v) for v in values]
-        lines.append(f"| {names[key]} | {len(values)} | {statistics.median(absolute):.1%} | {max(absolute):.1%} | "
-                     f"{statistics.mean(values):+.1%} |")
+    lines += error_summary({names[key]: values for key, values in errors.items()})
     print("\n".join(lines[-6:]))
     (HERE / "results" / "unmeasured_sharing.md").write_text("\n".join(lines) + "\n")
     return 0
