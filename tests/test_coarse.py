@@ -356,3 +356,18 @@ def test_pipeline_does_not_split_one_big_message():
     # three messages, the middle one dominant: its push and pull cannot overlap each other
     stages = [[0.01, 1.0, 0.01], [0.0, 0.0, 0.0], [0.01, 1.0, 0.01]]
     assert pipeline_end_s(0.0, 0.2, stages, [0.0, 0.1, 0.2]) >= 0.1 + 2.0
+
+
+@pytest.mark.parametrize("scales", [None, (1.0, 1.0, 1.5, 2.0)])
+def test_head_max_means_match_head_max_per_group(scales):
+    """The one-table E[max] of every group's ready time equals `head_max` group by group, for
+    identical workers (sorted columns) and for workers of different speeds (`max_distribution`)."""
+    from sgdscale.coarse.phases import head_max, head_max_means, pre_barrier_max
+    from sgdscale.grouping import group_gradients
+
+    profile = make_profile(samples=20)
+    cluster = Cluster(4, bandwidth_bps=1e9, compute_scale=scales)
+    groups = group_gradients(profile, Strategy("allreduce", grouping="per-tensor"), None, 4)
+    heads, pre = head_max_means(profile, cluster, True, groups)
+    assert heads == pytest.approx([head_max(profile, cluster, True, g).mean for g in groups], rel=1e-12)
+    assert pre == pytest.approx(pre_barrier_max(profile, cluster, True).mean, rel=1e-12)

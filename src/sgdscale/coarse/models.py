@@ -38,7 +38,7 @@ def _variable(profile: Profile, variability: bool) -> bool:
 
 
 def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
-                        pre_max, interference=None) -> float:
+                        interference=None) -> float:
     """The WFBP recurrence (see `heuristics`) with each group's E[max] over workers.
 
     Communication ends at max_g (E[max_w head_g,w] + sum_{h>=g} c_h), where head_g,w is worker w's
@@ -50,15 +50,15 @@ def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, g
     """
     if not groups:
         return 0.0
-    heads = head_max_means(profile, cluster, variability, groups)
+    heads, pre = head_max_means(profile, cluster, variability, groups)  # pre: E[max_w pre_w], summed alike
     if interference is not None:
         # compute and communication slow each other while they overlap (comm.interference)
-        return overlap_end_s(heads, pre_max.mean, comm_s, interference) - pre_max.mean
+        return overlap_end_s(heads, pre, comm_s, interference) - pre
     end, suffix = 0.0, 0.0
     for head, comm in zip(reversed(heads), reversed(comm_s)):
         suffix += comm
         end = max(end, head + suffix)
-    return max(0.0, end - pre_max.mean)
+    return max(0.0, end - pre)
 
 
 def _step_samples(base: np.ndarray | float, extra_s: float, iterations: int) -> np.ndarray:
@@ -83,7 +83,7 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     levels = topology.allreduce_busy_s(sizes)
     total_comm = float(sum(comm_s))
     if heuristics:
-        exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s, pre_max,
+        exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s,
                                       interference_of(comm) if n > 1 else None)
     else:
         exposed = total_comm
