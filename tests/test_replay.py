@@ -102,7 +102,7 @@ def _local_steps(profile: Profile, compute: str, steps: int = 8) -> tuple[list[f
 
 def test_a_local_replay_step_takes_the_profiled_time():
     """One worker, no communication, the cnn profile (37.7 ms step). Sleep: never early, and the
-    fastest step within 10% on a quiet machine (+2-5% measured) but within 25% here, because with
+    fastest step within 10% on a quiet machine (+0.1-0.9% measured, benchmarks/replay_fidelity.py) but within 25% here, because with
     5 busy processes per core every wake-up waits for a CPU (+16% seen); the CPU stays nearly idle.
     Spin burns the CPU: a larger share of its wall time is CPU time than sleep's. Its wall time
     follows the machine's load against its start-up calibration (-18% to +84% in

@@ -19,12 +19,17 @@ How the time is spent (`compute`):
 Sleep overshoot (a wake-up some tens of microseconds late: timer slack) is credited to the next
 duration, so it does not accumulate over hundreds of tensors; only within a step, and at most
 `MAX_CREDIT_S` (a wake-up much later than that is the node being preempted, which real compute
-suffers too, and crediting it to a later step would hide a straggler from its peers). The replay's own machinery (a module call and an
-autograd node per layer and tensor, some 20-50 us each) is measured at start-up on a copy with
-1-element tensors and taken off every duration, so a step costs the profiled time, not the
-profiled time plus the replay's overhead. The framework's time (autograd's bookkeeping of the
-real tensors, DDP's hooks and bucket copies, a PS worker's sends) is not taken off: it is real
-cost of the distributed system.
+suffers too, and crediting it to a later step would hide a straggler from its peers). The replay's
+own work inside a duration (allocating a gradient: a fresh 8 MB tensor takes 2-7 ms of page faults
+on this VM, more than the profiled gap of a tensor that becomes ready with its layer's other
+tensors) is credited in full: the real backward did that allocation inside its profiled time, and
+capping it made backward 3-5 % longer than profiled (`benchmarks/replay_fidelity.py`). The
+replay's own machinery (a module call and an autograd node per layer and tensor, some 10-50 us
+each) is measured at start-up on a copy with 1-element tensors, forward and backward apart, and
+taken off every duration of its phase, so a step costs the profiled time, not the profiled time
+plus the replay's overhead. The framework's time (autograd's bookkeeping of the real tensors,
+DDP's hooks and bucket copies, a PS worker's sends) is not taken off: it is real cost of the
+distributed system.
 
 Memory: parameters plus gradients only (no activations: the tensor passed between layers has one
 element); a gradient is allocated inside its node's time budget and handed to autograd without a
@@ -36,9 +41,10 @@ forward.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -80,22 +86,24 @@ class Spender:
             raise ValueError("spin needs a calibrated rate")
         self.mode = mode
         self.spin_rate = spin_rate
-        self.debt_s = 0.0  # sleep overshoot not yet credited
-        self.overhead_s = 0.0  # the replay's own cost per duration, taken off each (see calibrate_overhead)
+        self.debt_s = 0.0  # time spent beyond earlier budgets of this step, not yet credited
+        self.overhead_s = {"forward": 0.0, "backward": 0.0}  # the replay's own cost per duration (calibrate_overhead)
         self.idle = False  # while measuring that overhead: spend nothing
 
-    def spend(self, budget_s: float, started: float) -> None:
-        """Make the time since `started` (a perf_counter value) equal `budget_s` (less the replay's
-        own overhead per duration)."""
+    def spend(self, budget_s: float, started: float, phase: str = "backward") -> None:
+        """Make the time since `started` (a perf_counter value) equal `budget_s`, less the replay's
+        own overhead per duration of `phase` and less what earlier durations of the step overran."""
         if self.idle:
             return
-        budget_s = max(0.0, budget_s - self.overhead_s)
+        budget_s = max(0.0, budget_s - self.overhead_s[phase])
         if self.mode == "sleep":
             target = started + budget_s - self.debt_s
             remaining = target - time.perf_counter()
             if remaining > 0:
                 time.sleep(remaining)
-            self.debt_s = min(MAX_CREDIT_S, max(0.0, time.perf_counter() - target))
+                self.debt_s = min(MAX_CREDIT_S, max(0.0, time.perf_counter() - target))  # a late wake-up
+            else:
+                self.debt_s = -remaining  # own work (a gradient's allocation) overran: credited in full
             return
         remaining = budget_s - (time.perf_counter() - started)
         chunks = int(remaining * self.spin_rate)
@@ -148,7 +156,7 @@ class ReplayLayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         started = time.perf_counter()
-        self.spender.spend(self.forward_s, started)
+        self.spender.spend(self.forward_s, started, "forward")
         for index, gap_s in self.chain:
             x = _Grad.apply(x, getattr(self, f"p{index}"), gap_s, self.spender)
         return x
@@ -160,6 +168,7 @@ class ReplayModule(nn.Module):
     def __init__(self, profile: Profile, spender: Spender) -> None:
         super().__init__()
         self.spender = spender
+        self.profile = profile
         self.profile_names: list[str] = []  # profiled tensor name of each parameter, in parameters() order
         self.ready_order: list[int] = []  # parameters() indices in the order backward makes them ready
         ready_s = gradient_ready_times(profile)
@@ -179,6 +188,7 @@ class ReplayModule(nn.Module):
                 previous = ready
                 self.ready_order.append(first_index[layer_index] + k)
         self.tail_s = max(0.0, profile.backward_s - previous)
+        self.backward_budget_s = previous + self.tail_s
         self.lead_s = profile.step.data_s + profile.step.h2d_s
         layers = []
         for index, layer in enumerate(profile.layers):
@@ -186,6 +196,7 @@ class ReplayModule(nn.Module):
             layers.append(ReplayLayer([t.numel for t in layer.params], forward_s, chains[index], spender))
             self.profile_names += [t.name for t in layer.params]
         self.layers = nn.ModuleList(layers)
+        self.forward_budget_s = sum(layer.forward_s for layer in layers)
 
     def forward(self, x: Tensor) -> Tensor:
         self.spender.debt_s = 0.0  # a new step: no credit from the last one
@@ -195,31 +206,52 @@ class ReplayModule(nn.Module):
             x = layer(x)
         return x
 
-    @property
-    def durations_per_step(self) -> int:
-        """Spends per forward + backward: one per layer, one per tensor, the tail."""
-        return len(self.layers) + len(self.ready_order) + 1
 
+def calibrate_overhead(module: ReplayModule, spender: Spender, passes: int = 7, refine_passes: int = 3) -> dict[str, float]:
+    """The replay's own cost per duration (seconds), forward and backward apart.
 
-def calibrate_overhead(profile: Profile, spender: Spender, passes: int = 7) -> float:
-    """The replay's own cost per duration (seconds): forward + backward of the same layer and
-    tensor structure with 1-element tensors and nothing spent, median pass / durations per pass."""
+    First a pass of the same layer and tensor structure with 1-element tensors and nothing spent
+    (median over `passes`, per duration of the phase: forward one per layer, backward one per
+    tensor and the tail). That misses what sleeping costs the code that runs after a wake-up (cold
+    caches: 19 us per forward layer against 11 us measured idle, resnet50), so the estimate is then
+    corrected on the real module: one warm pass and `refine_passes` measured, each phase's least
+    excess over its profiled time (noise only adds time) spread over its durations."""
+    profile = module.profile
     tiny_layers = [layer.model_copy(update={"params": [t.model_copy(update={"numel": 1, "bytes": 4})
                                                        for t in layer.params]}) for layer in profile.layers]
     tiny = ReplayModule(profile.model_copy(update={"layers": tiny_layers}), spender)
-    x, _ = replay_batch(1)
     spender.idle = True
-    times = []
     try:
-        for _ in range(passes):
-            tiny.zero_grad(set_to_none=True)
-            start = time.perf_counter()
-            tiny(x).sum().backward()
-            times.append(time.perf_counter() - start)
+        forward, backward = _time_passes(tiny, passes, statistics.median)
     finally:
         spender.idle = False
-    times.sort()
-    return times[len(times) // 2] / tiny.durations_per_step
+    durations = {"forward": len(tiny.layers), "backward": len(tiny.ready_order) + 1}
+    overhead = {"forward": forward / durations["forward"], "backward": backward / durations["backward"]}
+    if refine_passes:
+        spender.overhead_s = overhead
+        _time_passes(module, 1, min)
+        forward, backward = _time_passes(module, refine_passes, min)
+        for phase, spent_s, budget_s in (("forward", forward, module.forward_budget_s),
+                                         ("backward", backward, module.backward_budget_s)):
+            overhead[phase] = max(0.0, overhead[phase] + (spent_s - budget_s) / durations[phase])
+    return overhead
+
+
+def _time_passes(module: ReplayModule, passes: int, reduce: Callable[[list[float]], float]) -> tuple[float, float]:
+    """Forward and backward wall time (seconds) of `passes` passes of the module alone, each phase's
+    times reduced to one (median, min)."""
+    x, _ = replay_batch(1)
+    forward, backward = [], []
+    for _ in range(passes):
+        module.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        y = module(x)
+        middle = time.perf_counter()
+        y.sum().backward()
+        forward.append(middle - start)
+        backward.append(time.perf_counter() - middle)
+    module.zero_grad(set_to_none=True)
+    return reduce(forward), reduce(backward)
 
 
 def gradient_ready_times(profile: Profile) -> list[float]:
@@ -251,7 +283,8 @@ class Replay:
 
     def record(self) -> dict[str, float]:
         """What the worker measured at start-up, for its record's `extra`."""
-        out = {"replay_overhead_per_duration_s": self.spender.overhead_s}
+        out = {"replay_overhead_per_forward_s": self.spender.overhead_s["forward"],
+               "replay_overhead_per_backward_s": self.spender.overhead_s["backward"]}
         if self.spender.spin_rate:
             out["replay_spin_chunks_per_s"] = self.spender.spin_rate
         return out
@@ -265,7 +298,7 @@ def build_replay(profile_json: dict[str, Any], compute: str, calibrate: bool = T
     spender = Spender(compute if rate or compute == "sleep" else "sleep", rate)
     module = ReplayModule(profile, spender)
     if calibrate:
-        spender.overhead_s = calibrate_overhead(profile, spender)
+        spender.overhead_s = calibrate_overhead(module, spender)
     return Replay(profile=profile, module=module, spender=spender)
 
 
