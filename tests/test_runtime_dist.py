@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from sgdscale.errors import UserError
+from sgdscale.profiling.profiler import MOMENTUM
 from sgdscale.runtime.train import TrainConfig, run_training
 from sgdscale.runtime.worker import build
 
@@ -55,19 +56,24 @@ def test_strategy_yields_well_formed_measurement(strategy, extra):
         assert seen[-1][1] == 6 and all(done <= total for done, total in seen)
 
 
-def _reference_step(config: TrainConfig) -> list[torch.Tensor]:
-    """One single-process SGD step on the gradient averaged over the workers' batches."""
+def _reference_steps(config: TrainConfig) -> list[torch.Tensor]:
+    """`config.iterations` single-process steps of SGD with the profiler's momentum on the gradient
+    averaged over the workers' batches of each iteration."""
     module = build(vars(config), None).workload.module
     loss_fn = build(vars(config), None).workload.loss_fn
-    grads = None
-    for worker in range(config.workers):
-        module.zero_grad()
-        inputs, targets = build(vars(config), worker).batch(0)
-        loss_fn(module(inputs), targets).backward()
-        step = [p.grad.clone() for p in module.parameters()]
-        grads = step if grads is None else [g + s for g, s in zip(grads, step)]
-    with torch.no_grad():
-        return [p - config.lr * g / config.workers for p, g in zip(module.parameters(), grads)]
+    optimizer = torch.optim.SGD(module.parameters(), lr=config.lr, momentum=MOMENTUM)
+    for iteration in range(config.iterations):
+        grads = None
+        for worker in range(config.workers):
+            module.zero_grad()
+            inputs, targets = build(vars(config), worker).batch(iteration)
+            loss_fn(module(inputs), targets).backward()
+            step = [p.grad.clone() for p in module.parameters()]
+            grads = step if grads is None else [g + s for g, s in zip(grads, step)]
+        for p, g in zip(module.parameters(), grads):
+            p.grad = g / config.workers
+        optimizer.step()
+    return [p.detach().clone() for p in module.parameters()]
 
 
 @pytest.mark.parametrize(
@@ -75,9 +81,10 @@ def _reference_step(config: TrainConfig) -> list[torch.Tensor]:
     [("ps-sync", {"ps_count": 2}), ("allreduce", {"grouping": "single"}),
      ("allreduce", {"grouping": "per-tensor"}), ("allreduce", {"grouping": "buckets"})],
 )
-def test_one_step_equals_sgd_on_averaged_gradient(strategy, extra):
-    config = _config(strategy=strategy, warmup=0, iterations=1, lr=0.5, return_params=True, **extra)
-    expected = _reference_step(config)
+def test_steps_equal_momentum_sgd_on_averaged_gradient(strategy, extra):
+    """Two steps, so the momentum the profile's optimizer_s timed is in the update too."""
+    config = _config(strategy=strategy, warmup=0, iterations=2, lr=0.5, return_params=True, **extra)
+    expected = _reference_steps(config)
     initial = [p.detach().clone() for p in build(vars(config), None).workload.module.parameters()]
     m = run_training(config, timeout_s=90)
     for worker in m.workers:

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from torch.nn.parallel import DistributedDataParallel
 
+from sgdscale.profiling.profiler import MOMENTUM
 from sgdscale.runtime.rank import RankContext
 from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
 
@@ -141,7 +142,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
             dist.broadcast(p.data, src=0)
         manual = ManualAllReduce(module, grouping, ctx.world_size, recorder)
         net = module
-    optimizer = torch.optim.SGD(net.parameters(), lr=config["lr"])
+    # The profile timed SGD with momentum (profiling.profiler): train with the same update.
+    optimizer = torch.optim.SGD(net.parameters(), lr=config["lr"], momentum=MOMENTUM)
     # A replay spends the profiled optimizer time instead of updating (see runtime/replay.py).
     optimizer_step = setup.replay.optimizer_step if setup.replay is not None else optimizer.step
     total = config["warmup"] + config["iterations"]

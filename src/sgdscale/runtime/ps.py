@@ -14,8 +14,10 @@ and the step ends. The worker runs no optimizer: the shards update. Recorded per
 
 Synchronous shard: per iteration, receive every worker's gradient of each of its tensors
 (visited in the order backward makes them ready, found by one local backward at start), average
-them, apply SGD `p -= lr * mean(g)`, and send the new value to every worker. Workers therefore all start
-iteration k+1 from the same parameters: this is synchronous SGD on the averaged gradient.
+them, apply SGD with momentum (`v = m * v + mean(g); p -= lr * v`: the update whose time the
+profile's `optimizer_s` holds, `sgdscale.profiling.profiler.MOMENTUM`), and send the new value to
+every worker. Workers therefore all start iteration k+1 from the same parameters: this is
+synchronous SGD on the averaged gradient.
 
 Traced runs (`config["trace"]`, worker.EventRecorder): a worker timestamps each pull wait inside
 forward ("wait for parameters"), its wait for the previous pushes, and the moment each push is
@@ -26,7 +28,7 @@ was in earlier: then the slice is ~0 long), the nearest the runtime sees to a pu
 Untraced runs install none of it.
 
 Asynchronous shard: one thread per worker, no barrier; each gradient tensor is applied on
-arrival (`p -= lr * g`, under a lock per shard) and the fresh value goes straight back to the
+arrival (`v = m * v + g; p -= lr * v`, under a lock per shard) and the fresh value goes straight back to the
 worker that sent it. Workers may compute on stale parameters, as in async SGD.
 """
 
@@ -41,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from sgdscale.placement import place_tensors
+from sgdscale.profiling.profiler import MOMENTUM
 from sgdscale.runtime.rank import RankContext, run_threads
 from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
 
@@ -215,6 +218,7 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
                 stats: dict[str, Any], report_progress: Callable[[int], None],
                 recorder: EventRecorder | None = None) -> None:
     grads = {(w, i): torch.empty_like(values[i]) for w in range(workers) for i in mine}
+    velocity = {i: torch.zeros_like(values[i]) for i in mine}
     order = mine  # already in gradient-ready order
     for iteration in range(total):
         if recorder is not None:
@@ -235,7 +239,8 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
             summed = grads[0, i].clone()
             for w in range(1, workers):
                 summed.add_(grads[w, i])
-            values[i].add_(summed, alpha=-lr / workers)
+            velocity[i].mul_(MOMENTUM).add_(summed, alpha=1.0 / workers)
+            values[i].add_(velocity[i], alpha=-lr)
             reply = values[i].clone()  # the value stays intact while the sends are in flight
             done = time.perf_counter()
             stats["busy_s"] += done - t
@@ -252,6 +257,7 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
                  stats: dict[str, Any], report_progress: Callable[[int], None],
                 recorder: EventRecorder | None = None) -> None:
     lock = threading.Lock()
+    velocity = {i: torch.zeros_like(values[i]) for i in mine}
     served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
     order = mine  # already in gradient-ready order
 
@@ -268,7 +274,8 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
                                  {"tensor": i, "worker": w}, iteration=iteration)
                 with lock:
                     t = time.perf_counter()
-                    values[i].add_(grads[i], alpha=-lr)
+                    velocity[i].mul_(MOMENTUM).add_(grads[i])
+                    values[i].add_(velocity[i], alpha=-lr)
                     reply = values[i].clone()
                     done = time.perf_counter()
                     stats["busy_s"] += done - t
