@@ -47,14 +47,26 @@ def test_fit_recovers_a_known_line_per_op_and_worker_count():
     assert net.p2p.alpha_s == pytest.approx(50e-6, rel=1e-6) and net.p2p.beta_s_per_byte == pytest.approx(1e-9)
     assert net.allreduce["4"].alpha_s == pytest.approx(300e-6, rel=1e-6)
     assert net.allreduce["4"].beta_s_per_byte == pytest.approx(3e-9)
+    assert net.bucket_copy is None  # no copy timed
+
+
+def test_bucket_copy_is_fitted_on_the_largest_worker_count():
+    def points(workers, beta):
+        return [BenchPoint(op="allreduce", workers=workers, bytes=m, samples_s=[0.1], median_s=0.1,
+                           copy_s=[1e-5 + beta * m, 2e-5 + beta * m, 1e-5 + beta * m]) for m in (1_000_000, 16_000_000)]
+
+    fit = nb.copy_from_points(points(2, 9e-10) + points(4, 3e-10))
+    assert fit.beta_s_per_byte == pytest.approx(3e-10) and fit.alpha_s == pytest.approx(1e-5, rel=1e-3)
 
 
 def test_points_take_the_slowest_rank_for_allreduce():
     results = [{"rank": r, "world_size": 2, "samples": {"allreduce": {"1000": [1.0 + r, 5.0 - r]},
-                                                      "p2p": {"1000": [0.5, 0.7] if r == 0 else [float("nan")] * 2}}}
+                                                      "p2p": {"1000": [0.5, 0.7] if r == 0 else [float("nan")] * 2}},
+                "copy_s": {"1000": [0.1 * r, 0.3 - 0.1 * r]}}
                for r in (0, 1)]
     points = {p.op: p for p in nb.points_from_results(results)}
     assert points["allreduce"].samples_s == [2.0, 5.0]
+    assert points["allreduce"].copy_s == [0.1, 0.3] and points["p2p"].copy_s is None
     assert points["p2p"].samples_s == [0.5, 0.7]
 
 
@@ -80,6 +92,9 @@ def test_local_netbench_writes_a_valid_network_file(tmp_path, capsys):
     assert net.allreduce["2"].beta_s_per_byte > 0
     assert len(net.points) == 15 and all(len(p.samples_s) == 3 for p in net.points)  # p2p, allreduce, incast
     assert net.environment["mode"] == "local (loopback)" and net.environment["backend"] == "gloo"
+    # every all-reduce is followed by a timed copy of its tensor (DDP's copy back): a positive slope
+    assert all(p.copy_s and len(p.copy_s) == 3 for p in net.points if p.op == "allreduce")
+    assert net.bucket_copy is not None and net.bucket_copy.beta_s_per_byte > 0
 
 
 @pytest.mark.dist

@@ -148,6 +148,14 @@ class Profile(_Strict):
     def gradient_bytes(self) -> int:
         return sum(t.bytes for t in self.tensors)
 
+    def with_layers(self, layers: list[Layer]) -> Profile:
+        """A copy with other layers (same tensors' names), its derived quantities recomputed: a plain
+        model_copy would carry the cached ones over."""
+        copied = self.model_copy(update={"layers": layers})
+        for name in [key for key in copied.__dict__ if key not in type(self).model_fields]:
+            del copied.__dict__[name]
+        return copied
+
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 

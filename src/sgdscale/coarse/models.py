@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgdscale import bottleneck as words
+from sgdscale.bucket_copies import copy_back_suffix_s, ddp_copies, finalized_s
 from sgdscale.cluster import Cluster
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
@@ -38,7 +39,7 @@ def _variable(profile: Profile, variability: bool) -> bool:
 
 
 def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
-                        interference=None) -> float:
+                        interference=None, copy_back_s=None) -> float:
     """The WFBP recurrence (see `heuristics`) with each group's E[max] over workers.
 
     Communication ends at max_g (E[max_w head_g,w] + sum_{h>=g} c_h), where head_g,w is worker w's
@@ -46,19 +47,22 @@ def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, g
     delay before a group is ready is then counted once, not once in compute and again in
     communication. Without variability this is exactly `heuristics.backward_exposed_exact_s`. With an
     active `interference` each term is a two-body overlap (`comm.interference.overlap_end_s`) and the
-    result also holds what the slowed backward adds.
+    result also holds what the slowed backward adds. `copy_back_s`: DDP's copies back from each group
+    on (`bucket_copies.copy_back_suffix_s`), done after backward and each after its group's collective.
     """
     if not groups:
         return 0.0
     heads, pre = head_max_means(profile, cluster, variability, groups)  # pre: E[max_w pre_w], summed alike
+    copies = np.zeros(len(groups)) if copy_back_s is None else np.asarray(copy_back_s)
     if interference is not None:
         # compute and communication slow each other while they overlap (comm.interference)
-        return overlap_end_s(heads, pre, comm_s, interference) - pre
-    end, suffix = 0.0, 0.0
-    for head, comm in zip(reversed(heads), reversed(comm_s)):
-        suffix += comm
-        end = max(end, head + suffix)
-    return max(0.0, end - pre)
+        end = overlap_end_s(heads, pre, comm_s, interference)
+        return max(end + copies[-1], pre + copies[0]) - pre
+    ends, end = [], float("-inf")
+    for head, comm in zip(heads, comm_s):  # each group's collective ends (one stream, launch order)
+        end = max(end, head) + comm
+        ends.append(end)
+    return max(0.0, float(finalized_s(pre, np.asarray(ends), copies)) - pre)
 
 
 def _step_samples(base: np.ndarray | float, extra_s: float, iterations: int) -> np.ndarray:
@@ -73,10 +77,11 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     n = cluster.workers
     scales = worker_scales(cluster)
     slow = float(scales.max())
-    pre_max = pre_barrier_max(profile, cluster, variability)
 
     # The topology costs every collective (per level, slowest NIC pacing), as for the fine predictor.
     topology = Topology.of(cluster, comm, strategy)
+    profile, copy_back_s_per_byte = ddp_copies(profile, strategy.grouping, topology.nic.copy_s_per_byte, n)
+    pre_max = pre_barrier_max(profile, cluster, variability)  # with DDP's copies into buckets
     groups = group_gradients(profile, strategy, topology, n)
     sizes = [float(g.bytes) for g in groups]
     comm_s = [float(t) for t in topology.allreduce_times_s(sizes)]
@@ -84,7 +89,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     total_comm = float(sum(comm_s))
     if heuristics:
         exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s,
-                                      interference_of(comm) if n > 1 else None)
+                                      interference_of(comm) if n > 1 else None,
+                                      copy_back_suffix_s(sizes, copy_back_s_per_byte))
     else:
         exposed = total_comm
     optimizer = slow * optimizer_mean_s(profile, variability)

@@ -47,6 +47,9 @@ class CommModel:
     # burst's weight in weighted max-min sharing, fitted to measured incast completion spread
     # (sgdscale.comm.network.Sharing; 0: equal sharing).
     share_weight_sigma: float = 0.0
+    # Measured wall seconds per byte of copying a gradient on a worker (DDP's bucket copies,
+    # sgdscale.bucket_copies; None: not measured, the profile's own memory rate stands in).
+    copy_s_per_byte: float | None = None
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -65,8 +68,9 @@ class CommModel:
         cpu = network.cpu
         server_cpu = cpu.p2p_s_per_byte / cpu.cores if cpu is not None and cpu.p2p_s_per_byte and cpu.cores else 0.0
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
+        copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
-                   Interference.from_network(network), server_cpu, sigma)
+                   Interference.from_network(network), server_cpu, sigma, copy)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

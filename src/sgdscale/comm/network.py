@@ -57,6 +57,8 @@ class BenchPoint(BaseModel):
     cpu_s: list[Seconds] | None = None  # CPU time (user + system) of the busiest measured rank per repeat
     # incast only: per repeat, when each sender's message had fully arrived at rank 0 (senders in rank order)
     senders_s: list[list[Seconds]] | None = None
+    # all-reduce only: per repeat, a copy of the reduced tensor right after the collective (slowest rank)
+    copy_s: list[Seconds] | None = None
 
 
 class InterferenceFit(BaseModel):
@@ -128,7 +130,9 @@ class Network(BaseModel):
     rate, weighted by `sharing` where present). `interference` and
     `cpu` (optional; files without them load as before) hold the compute/communication
     interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md);
-    `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`).
+    `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`); `bucket_copy` (optional)
+    the wall time of copying M bytes on a node right after an all-reduce, as DDP copies its buckets
+    back (`sgdscale.bucket_copies`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -142,6 +146,7 @@ class Network(BaseModel):
     interference: InterferenceFit | None = None
     cpu: CpuCost | None = None
     sharing: Sharing | None = None
+    bucket_copy: AlphaBeta | None = None  # copying M bytes on a node right after an all-reduce (sgdscale.bucket_copies)
 
     @field_validator("allreduce", "incast")
     @classmethod

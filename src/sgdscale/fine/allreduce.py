@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgdscale.bottleneck import describe_allreduce
+from sgdscale.bucket_copies import copy_back_suffix_s, ddp_copies, finalized_s
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
@@ -72,8 +73,10 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     """Fine-grained synchronous all-reduce for `cluster.workers` workers (module docstring)."""
     workers = cluster.workers
     topology = Topology.of(cluster, comm, strategy)
+    profile, copy_back_s_per_byte = ddp_copies(profile, strategy.grouping, topology.nic.copy_s_per_byte, workers)
     groups = group_gradients(profile, strategy, topology, workers)
     costs, levels = collective_times_s(groups, topology)
+    copy_back = copy_back_suffix_s([g.bytes for g in groups], copy_back_s_per_byte)
     interference = interference_of(comm) if workers > 1 else None
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     tables = _RowTables(sampler, groups)
@@ -128,13 +131,13 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
                 ready = offsets[0] + backward_start[0]
             if interference is None:
                 comm_start = prefix + np.maximum.accumulate(ready - prefix)
-                comm_end = float(comm_start[-1] + costs[-1])
+                comm_ends = comm_start + costs
             else:
                 comm_start, comm_ends, backward_end = stream_with_interference(ready, costs, backward_end,
                                                                                interference)
                 bwd = backward_end - backward_start
-                comm_end = float(comm_ends[-1])
-            step_end = np.maximum(backward_end, comm_end) + opt
+            comm_end = float(comm_ends[-1])
+            step_end = finalized_s(backward_end, comm_ends, copy_back) + opt  # DDP's copies back, if any
         else:
             comm_start, comm_end = np.zeros(0), float("-inf")
             step_end = backward_end + opt

@@ -182,6 +182,7 @@ def bench_rank(ctx) -> dict[str, Any]:
     samples: dict[str, dict[str, list[float]]] = {}
     cpu: dict[str, dict[str, list[float]]] = {}
     completions: dict[str, list[list[float]]] = {}  # incast on rank 0: per size, per repeat, per sender
+    copies: dict[str, list[float]] = {}  # all-reduce: per size, a copy of the reduced tensor right after it
     overlap: dict[str, list[float]] = {}
     done = 0
     if "overlap" in config["ops"]:
@@ -203,7 +204,9 @@ def bench_rank(ctx) -> dict[str, Any]:
         cpu[op] = {}
         for nbytes in op_sizes(config, op):
             tensor = torch.zeros(nbytes // ELEMENT_BYTES, dtype=torch.float32)
+            scratch = torch.zeros_like(tensor) if op == "allreduce" else None
             kept: list[float | None] = []
+            kept_copy: list[float] = []
             kept_cpu: list[float] = []
             kept_senders: list[list[float]] = []
             for repeat in range(warmup + repeats):
@@ -213,6 +216,10 @@ def bench_rank(ctx) -> dict[str, Any]:
                 if op == "allreduce":
                     dist.all_reduce(tensor)
                     elapsed = time.perf_counter() - start
+                    # as DDP copies a reduced bucket back into the gradients (sgdscale.bucket_copies)
+                    copied = time.perf_counter()
+                    scratch.copy_(tensor)
+                    copy_s = time.perf_counter() - copied
                 elif op == "incast":
                     if rank == 0:
                         buffers = [torch.empty_like(tensor) for _ in range(1, world)]
@@ -234,16 +241,20 @@ def bench_rank(ctx) -> dict[str, Any]:
                 if repeat >= warmup:
                     kept.append(elapsed)
                     kept_cpu.append(_cpu_s() - cpu_start)
+                    if op == "allreduce":
+                        kept_copy.append(copy_s)
                     if op == "incast" and rank == 0:
                         kept_senders.append(senders_s)
                 done += 1
                 ctx.report_progress(done)
             samples[op][str(nbytes)] = kept
             cpu[op][str(nbytes)] = kept_cpu
+            if kept_copy:
+                copies[str(nbytes)] = kept_copy
             if kept_senders:
                 completions[str(nbytes)] = kept_senders
     return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
-            "incast_senders_s": completions, "torch": torch.__version__, "host": platform.node()}
+            "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
 
 
 def _incast_receive(dist, buffers, start: float) -> list[float]:
@@ -273,6 +284,7 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
     if sorted(by_rank) != list(range(world)):
         raise UserError(f"expected results from ranks 0-{world - 1}, got ranks {sorted(by_rank)}")
     cpu_by_rank = {int(r["rank"]): r.get("cpu_s") or {} for r in results}
+    copy_by_rank = {int(r["rank"]): r.get("copy_s") or {} for r in results}
     senders_by_size = next((r.get("incast_senders_s") or {} for r in results if int(r["rank"]) == 0), {})
     points: list[BenchPoint] = []
     for op in POINT_OPS:
@@ -290,9 +302,13 @@ def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
             cpu = ([max(values) for values in zip(*per_rank_cpu)]
                    if per_rank_cpu and all(c and len(c) == len(kept) for c in per_rank_cpu) else None)
             senders = senders_by_size.get(size_text) if op == "incast" else None
+            per_rank_copy = [copy_by_rank[r].get(size_text) for r in range(world)] if op == "allreduce" else []
+            copies = ([max(values) for values in zip(*per_rank_copy)]
+                      if per_rank_copy and all(c and len(c) == len(kept) for c in per_rank_copy) else None)
             points.append(BenchPoint(op=op, workers=world, bytes=int(size_text), samples_s=kept,
                                      median_s=statistics.median(kept), cpu_s=cpu,
-                                     senders_s=senders if senders and len(senders) == len(kept) else None))
+                                     senders_s=senders if senders and len(senders) == len(kept) else None,
+                                     copy_s=copies))
     return points
 
 
@@ -365,7 +381,19 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
                    environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores),
-                   sharing=sharing_from_points(points, p2p))
+                   sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points))
+
+
+def copy_from_points(points: Sequence[BenchPoint]) -> AlphaBeta | None:
+    """Wall time to copy M bytes on a node right after an all-reduce of them (the slowest rank), fitted
+    over the sizes of the largest worker count measured: DDP's bucket copies (sgdscale.bucket_copies)."""
+    chosen = [p for p in points if p.op == "allreduce" and p.copy_s]
+    if chosen:
+        most = max(p.workers for p in chosen)
+        chosen = [p for p in chosen if p.workers == most]
+    if len({p.bytes for p in chosen}) < 2:
+        return None
+    return fit_alpha_beta([p.bytes for p in chosen], [statistics.median(p.copy_s) for p in chosen])
 
 
 def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -> float:

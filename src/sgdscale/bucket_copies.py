@@ -1,0 +1,85 @@
+"""DDP's bucket copies: what a gradient byte costs a worker outside the collective.
+
+PyTorch DDP (`gradient_as_bucket_view=False`, its default) copies every gradient into its bucket
+the moment it is ready (scaled by 1/world, on the backward's own thread, so backward runs that much
+longer and later gradients become ready later), and when backward finishes copies each reduced
+bucket back into the gradients, bucket by bucket in launch order, each once its collective is done
+(so after the last collective one bucket's copy is still to come). Neither is in a single-process
+profile. Measured on held-out set 12 (a replay of bert, 21 MB in two buckets, 4 workers,
+850 Mbit/s, 0.35 cores; `benchmarks/results/ddp_copies/`): the last bucket was launched 4.7 ms
+later than the profile's backward end and backward returned 5.3 ms after the last collective,
+10 of the 14.6 ms by which the prediction was short.
+
+The cost per byte copied comes from the network file (`sgdscale netbench` times a copy of each
+all-reduce's tensor right after it, under the node's CPU budget: `Network.copy`), else from the
+profile's own optimizer (its measured seconds per byte of memory traffic, two bytes of traffic per
+byte copied), else it is 0. Both fine and coarse all-reduce models apply it with `grouping`
+"buckets" (DDP); the manual groupings of the runtime copy differently and are left as they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgdscale.profile import Profile
+
+
+def ddp_copies(profile: Profile, grouping: str | None, measured_s_per_byte: float | None,
+               workers: int) -> tuple[Profile, float]:
+    """(the profile with the copies into buckets in its backward, seconds per byte of the copies back)
+    for DDP buckets with more than one worker; the profile unchanged and 0 otherwise."""
+    if grouping != "buckets" or workers <= 1:
+        return profile, 0.0
+    s_per_byte = copy_s_per_byte(profile, measured_s_per_byte)
+    return with_copy_in(profile, s_per_byte), s_per_byte
+
+
+def copy_s_per_byte(profile: Profile, measured_s_per_byte: float | None) -> float:
+    """Seconds one gradient byte costs to copy on a worker: measured, else from the profile's
+    optimizer (seconds per byte of traffic x 2: read and write), else 0."""
+    if measured_s_per_byte is not None:
+        return measured_s_per_byte
+    step = profile.step
+    if step.optimizer_bytes and step.optimizer_s > 0:
+        return 2.0 * step.optimizer_s / step.optimizer_bytes
+    return 0.0
+
+
+def with_copy_in(profile: Profile, s_per_byte: float) -> Profile:
+    """The profile with each gradient's copy into its bucket added to backward: every layer's backward
+    (and its samples) grows by the copies of its own tensors, and every tensor becomes ready after its
+    own copy and every copy before it."""
+    if s_per_byte <= 0:
+        return profile
+    order = sorted(((t.grad_ready_s, li, ti) for li, layer in enumerate(profile.layers)
+                    for ti, t in enumerate(layer.params) if t.grad_ready_s is not None))
+    shifted: dict[tuple[int, int], float] = {}
+    done_bytes = 0
+    for ready_s, li, ti in order:
+        done_bytes += profile.layers[li].params[ti].bytes
+        shifted[li, ti] = ready_s + s_per_byte * done_bytes
+    layers = []
+    for li, layer in enumerate(profile.layers):
+        extra_s = s_per_byte * sum(t.bytes for t in layer.params)
+        params = [t.model_copy(update={"grad_ready_s": shifted[li, ti]}) if (li, ti) in shifted else t
+                  for ti, t in enumerate(layer.params)]
+        update = {"backward_s": layer.backward_s + extra_s, "params": params}
+        if layer.backward_samples_s:
+            update["backward_samples_s"] = [s + extra_s for s in layer.backward_samples_s]
+        layers.append(layer.model_copy(update=update))
+    return profile.with_layers(layers)
+
+
+def copy_back_suffix_s(group_bytes: list[float] | np.ndarray, s_per_byte: float) -> np.ndarray:
+    """For each group g (launch order), the copies back of groups g..last (seconds)."""
+    copies = np.asarray(group_bytes, dtype=float) * s_per_byte
+    return np.cumsum(copies[::-1])[::-1] if copies.size else copies
+
+
+def finalized_s(backward_end_s, comm_ends_s: np.ndarray, suffix_s: np.ndarray):
+    """When DDP's finalization is done: bucket g is copied back once its collective has ended and the
+    copy of g-1 is done, all after backward; the latest path is either backward's end then every copy,
+    or some collective's end then the copies from its bucket on."""
+    if not suffix_s.size:
+        return backward_end_s
+    return np.maximum(np.asarray(backward_end_s) + suffix_s[0], float(np.max(comm_ends_s + suffix_s)))

@@ -1,0 +1,75 @@
+"""DDP's bucket copies (sgdscale.bucket_copies): copies into buckets lengthen backward, copies back
+follow each bucket's collective, and both predictors add them only for DDP buckets."""
+
+import numpy as np
+import pytest
+
+from sgdscale.bucket_copies import copy_back_suffix_s, copy_s_per_byte, ddp_copies, finalized_s, with_copy_in
+from sgdscale.cluster import Cluster
+from sgdscale.comm import CommModel
+from sgdscale.predict import predict
+from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes, load_profile
+from sgdscale.strategy import Strategy
+
+
+def _profile() -> Profile:
+    """Two layers; layer b (last in forward) is ready first: b.weight at 10 ms, a.weight at 30 ms."""
+    layers = [Layer(name="a", forward_s=0.01, backward_s=0.02,
+                    params=[ParamTensor(name="a.weight", numel=250_000, bytes=1_000_000, grad_ready_s=0.03)]),
+              Layer(name="b", forward_s=0.01, backward_s=0.01, backward_samples_s=[0.01, 0.012],
+                    params=[ParamTensor(name="b.weight", numel=500_000, bytes=2_000_000, grad_ready_s=0.01)])]
+    return Profile(model="t", batch_size=1, layers=layers,
+                   step=StepTimes(optimizer_s=0.004, optimizer_bytes=40_000_000))
+
+
+def test_copy_cost_is_measured_else_the_profiles_memory_rate_else_free():
+    profile = _profile()
+    assert copy_s_per_byte(profile, 3e-10) == 3e-10
+    assert copy_s_per_byte(profile, None) == pytest.approx(2 * 0.004 / 40e6)  # read + write per byte
+    assert copy_s_per_byte(profile.model_copy(update={"step": StepTimes(optimizer_s=0.004)}), None) == 0.0
+
+
+def test_copy_in_lengthens_backward_and_delays_later_gradients():
+    s = 1e-9  # 1 ms per MB
+    shifted = with_copy_in(_profile(), s)
+    assert shifted.backward_s == pytest.approx(0.03 + 0.003)  # derived values recomputed, not carried over
+    a, b = shifted.layers
+    assert b.params[0].grad_ready_s == pytest.approx(0.01 + 0.002)  # after its own copy
+    assert a.params[0].grad_ready_s == pytest.approx(0.03 + 0.003)  # after every copy so far
+    assert b.backward_samples_s == pytest.approx([0.012, 0.014])
+    assert with_copy_in(_profile(), 0.0) is not None and with_copy_in(_profile(), 0.0).backward_s == 0.03
+
+
+def test_copies_back_follow_each_collective_and_backward():
+    suffix = copy_back_suffix_s([2e6, 1e6], 1e-9)
+    assert suffix == pytest.approx([0.003, 0.001])
+    # communication-bound: the last collective ends at 0.5 s, then only its own copy is left
+    assert finalized_s(np.array([0.1]), np.array([0.2, 0.5]), suffix) == pytest.approx([0.501])
+    # compute-bound: backward ends after every collective, then every copy
+    assert finalized_s(np.array([0.6]), np.array([0.2, 0.5]), suffix) == pytest.approx([0.603])
+
+
+def test_only_ddp_buckets_with_several_workers_copy():
+    profile = _profile()
+    assert ddp_copies(profile, "per-tensor", 1e-9, 4) == (profile, 0.0)
+    assert ddp_copies(profile, "buckets", 1e-9, 1) == (profile, 0.0)
+    changed, per_byte = ddp_copies(profile, "buckets", 1e-9, 4)
+    assert per_byte == 1e-9 and changed.backward_s > profile.backward_s
+
+
+@pytest.mark.parametrize("method", ["fine", "coarse"])
+def test_both_methods_charge_the_copies_of_a_communication_bound_step(method):
+    """bert (21 MB) at 850 Mbit/s with 4 workers, no variability: the copies add, per step, the copies
+    into the buckets that precede the last bucket's launch and the last bucket's copy back."""
+    profile = load_profile("bert")
+    cluster = Cluster(4, 850e6)
+    base = CommModel.from_link(850e6, 50e-6)
+    per_byte = 2e-10
+    steps = {}
+    for copy in (0.0, per_byte):
+        comm = CommModel(base.p2p, copy_s_per_byte=copy)
+        result = predict(profile, cluster, Strategy(kind="allreduce"), comm, [4], methods=(method,), variability=False)
+        steps[copy] = result.results[0].iteration_s["mean"]
+    added = steps[per_byte] - steps[0.0]
+    # at least the last bucket's copy back, at most every byte copied twice
+    assert per_byte * 1e6 < added <= 2 * per_byte * profile.gradient_bytes * 1.001
