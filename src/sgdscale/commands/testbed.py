@@ -290,6 +290,10 @@ def _show_and_write(console: Console, network, output: str | None) -> None:
 
         console.print("note: link sharing was not measured (incast needs 2 senders, i.e. a count of 3 or more in "
                       f"--workers); with this file {EQUAL_SHARING_NOTE}", highlight=False, soft_wrap=True)
+    if network.bucket_copy is not None:
+        rate = 1.0 / network.bucket_copy.beta_s_per_byte if network.bucket_copy.beta_s_per_byte > 0 else float("inf")
+        console.print(f"copy right after an all-reduce (DDP's bucket copies): {format_bytes(rate)}/s per node",
+                      highlight=False, soft_wrap=True)
     if output:
         write_json_atomic(output, network.to_json())
         console.print(f"wrote {output}")
