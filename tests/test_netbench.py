@@ -86,8 +86,8 @@ def test_local_netbench_writes_a_valid_network_file(tmp_path, capsys):
     code = main(["netbench", "-o", str(out), "--max-size", "1MB", "--points", "5", "--repeats", "3"])
     assert code == 0
     # 2 processes: incast has one sender, so nothing says how links are shared; the user is told
-    out = " ".join(capsys.readouterr().out.split())
-    assert "link sharing was not measured" in out and "copy right after an all-reduce" in out
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "link sharing was not measured" in printed and "copy right after an all-reduce" in printed
     net = load_network(out)
     assert net.p2p.beta_s_per_byte > 0 and set(net.allreduce) == {"2"}
     assert net.allreduce["2"].beta_s_per_byte > 0

@@ -219,7 +219,7 @@ def calibrate_overhead(module: ReplayModule, spender: Spender, passes: int = 7, 
     profile = module.profile
     tiny_layers = [layer.model_copy(update={"params": [t.model_copy(update={"numel": 1, "bytes": 4})
                                                        for t in layer.params]}) for layer in profile.layers]
-    tiny = ReplayModule(profile.model_copy(update={"layers": tiny_layers}), spender)
+    tiny = ReplayModule(profile.with_layers(tiny_layers), spender)
     spender.idle = True
     try:
         forward, backward = _time_passes(tiny, passes, statistics.median)
