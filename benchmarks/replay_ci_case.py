@@ -1,4 +1,4 @@
-"""The CI replay accuracy case (tests/test_validation.py::test_replay_case_is_predicted_within_15_percent)
+"""The CI replay accuracy case (tests/test_validation.py::test_replay_case_is_predicted_within_8_percent)
 run several times, each from scratch (its own network benchmark), to show the error it gives and
 how much it moves. Needs root.
 

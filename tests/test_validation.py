@@ -20,7 +20,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster 
 BOUND = 0.50
 # Replay with slept compute on a communication-bound case repeats tightly (see the test), so this
 # bound is an accuracy check, not a smoke bound.
-REPLAY_BOUND = 0.15
+REPLAY_BOUND = 0.08
 
 
 def test_grid_cases_keys_and_summary():
@@ -108,14 +108,14 @@ def test_an_interrupted_grid_resumes_without_rerunning(tmp_path):
 @pytest.mark.testbed
 @needs_root
 @pytest.mark.timeout(180)
-def test_replay_case_is_predicted_within_15_percent(tmp_path):
+def test_replay_case_is_predicted_within_8_percent(tmp_path):
     """The built-in gpt2 profile (21 MB of gradients, 181 ms of compute) replayed with slept
     compute by 2 workers over 300 Mbit/s links with DDP buckets: communication-bound (a ring
     all-reduce of 21 MB takes about 0.6 s), deterministic compute, the network measured by
-    netbench as a user would. Both methods must be within 15% of the measured throughput.
-    Measured (benchmarks/replay_ci_case.py): +7.8%, +8.8%, +3.6% at 1 core per node (up to +17%
-    in earlier runs on a machine loaded by other work); at 0.45 cores per node +12%, +42%, +7%
-    (gloo's CPU work is throttled), hence 1 core."""
+    netbench as a user would. Both methods must be within 8% of the measured throughput (the
+    issue's max target). Measured (benchmarks/replay_ci_case.py), five runs: +0.1% to +1.0%; before
+    the replay fidelity fix and DDP's bucket copies +3.6% to +8.8% (up to +17% on a machine loaded by
+    other work); at 0.45 cores per node +12%, +42%, +7% (gloo's CPU work is throttled), hence 1 core."""
     spec = ModelSpec("gpt2", batch_size=8, kind="replay")
     grid = Grid(specs=[spec], workers=[2], bandwidths_bps=[300e6], strategies=["allreduce"],
                 cpu_per_node_cores=1.0, iterations=8, warmup=3)
