@@ -11,7 +11,7 @@ later than the profile's backward end and backward returned 5.3 ms after the las
 10 of the 14.6 ms by which the prediction was short.
 
 The cost per byte copied comes from the network file (`sgdscale netbench` times a copy of each
-all-reduce's tensor right after it, under the node's CPU budget: `Network.copy`), else from the
+all-reduce's tensor right after it, under the node's CPU budget: `Network.bucket_copy`), else from the
 profile's own optimizer (its measured seconds per byte of memory traffic, two bytes of traffic per
 byte copied), else it is 0. Both fine and coarse all-reduce models apply it with `grouping`
 "buckets" (DDP); the manual groupings of the runtime copy differently and are left as they were.

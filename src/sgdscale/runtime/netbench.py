@@ -216,10 +216,6 @@ def bench_rank(ctx) -> dict[str, Any]:
                 if op == "allreduce":
                     dist.all_reduce(tensor)
                     elapsed = time.perf_counter() - start
-                    # as DDP copies a reduced bucket back into the gradients (sgdscale.bucket_copies)
-                    copied = time.perf_counter()
-                    scratch.copy_(tensor)
-                    copy_s = time.perf_counter() - copied
                 elif op == "incast":
                     if rank == 0:
                         buffers = [torch.empty_like(tensor) for _ in range(1, world)]
@@ -241,10 +237,14 @@ def bench_rank(ctx) -> dict[str, Any]:
                 if repeat >= warmup:
                     kept.append(elapsed)
                     kept_cpu.append(_cpu_s() - cpu_start)
-                    if op == "allreduce":
-                        kept_copy.append(copy_s)
                     if op == "incast" and rank == 0:
                         kept_senders.append(senders_s)
+                if scratch is not None:  # after the CPU reading: the transport's CPU cost stays its own
+                    # as DDP copies a reduced bucket back into the gradients (sgdscale.bucket_copies)
+                    copied = time.perf_counter()
+                    scratch.copy_(tensor)
+                    if repeat >= warmup:
+                        kept_copy.append(time.perf_counter() - copied)
                 done += 1
                 ctx.report_progress(done)
             samples[op][str(nbytes)] = kept
