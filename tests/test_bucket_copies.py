@@ -73,3 +73,16 @@ def test_both_methods_charge_the_copies_of_a_communication_bound_step(method):
     added = steps[per_byte] - steps[0.0]
     # at least the last bucket's copy back, at most every byte copied twice
     assert per_byte * 1e6 < added <= 2 * per_byte * profile.gradient_bytes * 1.001
+
+
+def test_predict_says_what_the_copies_cost(capsys):
+    from sgdscale.bucket_copies import copies_note
+    from sgdscale.cli import main
+
+    assert "measured by netbench" in copies_note(_profile(), 5e-10)
+    assert "optimizer memory rate" in copies_note(_profile(), None)
+    assert "cost nothing" in copies_note(_profile().model_copy(update={"step": StepTimes(optimizer_s=0.004)}), None)
+    assert main(["predict", "gpt2", "--workers", "4", "--method", "coarse"]) == 0
+    assert "DDP's bucket copies at" in " ".join(capsys.readouterr().out.split())
+    assert main(["predict", "gpt2", "--workers", "4", "--method", "coarse", "--strategy", "ps-sync"]) == 0
+    assert "bucket copies" not in capsys.readouterr().out

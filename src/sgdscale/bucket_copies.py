@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgdscale.profile import Profile
+from sgdscale.units import format_bytes
 
 
 def ddp_copies(profile: Profile, grouping: str | None, measured_s_per_byte: float | None,
@@ -77,6 +78,19 @@ def _with_copy_in(profile: Profile, s_per_byte: float) -> Profile:
             update["backward_samples_s"] = [s + extra_s for s in layer.backward_samples_s]
         layers.append(layer.model_copy(update=update))
     return profile.with_layers(layers)
+
+
+def copies_note(profile: Profile, measured_s_per_byte: float | None) -> str:
+    """What a prediction with DDP buckets charged for the copies, in words, for `sgdscale predict`."""
+    s_per_byte = copy_s_per_byte(profile, measured_s_per_byte)
+    if s_per_byte <= 0:
+        return ("DDP's bucket copies cost nothing here: neither a network file (sgdscale netbench) nor the "
+                "profile's optimizer counts say what copying a gradient byte costs")
+    rate = format_bytes(1.0 / s_per_byte)
+    if measured_s_per_byte is not None:
+        return f"DDP's bucket copies at {rate}/s per worker (measured by netbench right after an all-reduce)"
+    return (f"DDP's bucket copies at {rate}/s per worker, from the profile's optimizer memory rate (netbench measures "
+            "it under the node's load: on the emulated testbed at 0.42 cores, about 3 GB/s)")
 
 
 def copy_back_suffix_s(group_bytes: list[float] | np.ndarray, s_per_byte: float) -> np.ndarray:

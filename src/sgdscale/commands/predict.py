@@ -257,6 +257,10 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         notes.append(EQUAL_SHARING_NOTE)
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
+    if plan.kind == "allreduce" and plan.grouping == "buckets" and max(counts) > 1:
+        from sgdscale.bucket_copies import copies_note
+
+        notes.append(copies_note(loaded, comm.copy_s_per_byte))
 
     with DelayedProgress(err) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
