@@ -179,7 +179,9 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s)
     push = costs.alpha + transfer if costs.total_bytes > 0 else 0.0
     pull = push
-    update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes
+    # Each shard sums N gradients (gamma), updates once, and its CPU moves every byte of the N pushes
+    # and N replies (server_cpu_s is one worker's push and pull): as the fine plan charges it.
+    update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes + n * costs.server_cpu_s
     update = float(update_per_shard.max(initial=0.0))
 
     if heuristics and costs.total_bytes > 0:
