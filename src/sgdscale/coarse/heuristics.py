@@ -32,7 +32,7 @@ stages", and at least "the last message goes through every stage":
 `pipeline_end_s` takes the max of these K + 1 terms (h = time until the first / last message is
 ready), plus every message's own path h_g + sum_k s_k[g] (h_g from the mean backward timeline).
 With one stage it is the backward-overlap formula above. The pipeline holds the pushes and
-updates only; what is left of the pull after the last push is `sync_pull_tail_s`. The next
+updates only; the pull follows them as `sync_pull_end_s` describes. The next
 forward needs layer 0's parameters, which travel in the last message (backward order), so the
 pull hardly overlaps the next forward and the heuristic does not assume it does. Stage times are
 split over messages in proportion to their bytes (fluid network).
@@ -49,10 +49,17 @@ The fine simulator, which carries these rules and is within 3% of the held-out s
 the share of the busiest server NIC's pull left after the push phase (benchmarks/
 coarse_vs_fine_syncps.py: resnet50, bert, mobilenet_v2 at 1 Gbit/s, 2-8 workers, sigma 0.1-0.5):
 median 0.54 with one shard (0.34-0.84), 0.61 with two (0.41-0.77), 0.81 with four (0.65-1.12), a
-worker being late wherever any of its shards holds it back. `sync_pull_tail_s` takes S / (S + 1)
-for S shards. A whole pull after the push phase made coarse sync PS 12-18% too slow on the held-out
-sets. A worker's own NIC (and intra-node link) carries only its own pull, which a late worker runs
-whole after its push.
+worker being late wherever any of its shards holds it back; the model takes S / (S + 1) of the
+workers as late with S shards (`late_share`). A whole pull after the push phase made coarse sync PS
+12-18% too slow on the held-out sets. The replies follow the order in which the shard has summed and
+applied each message (`sync_pull_end_s`; the pushes and updates an exact FIFO flow shop,
+`flow_shop_s`): an early worker's reply of message g leaves once g is applied, a late worker's not
+before its own last push; the server NIC sends one reply at a time. Where the largest gradients
+complete late on the shard (alexnet: fc layers of 16, 67 and 151 MB ready first, so all pushes of
+the 151 MB one end near the end of the push phase) nearly the whole pull follows the push phase: a
+fixed late half of it made coarse 23-28% too fast on held-out set 14's alexnet replays
+(benchmarks/coarse_pull_tail_heldout14.py). A worker's own NIC (and intra-node link) carries only
+its own pull, which a late worker runs whole after its push.
 
 **Async PS.** In the closed network a worker's queueing and transfer time at the server can
 hide behind its own backward in the same way. The model applies `pipeline_end_s` to the worker's
@@ -112,9 +119,39 @@ def split_by_bytes(total_s: float, nbytes: Sequence[float]) -> list[float]:
     return [total_s * b / whole for b in nbytes]
 
 
-def sync_pull_tail_s(server_nic_s: float, worker_nic_s: float, intra_s: float, workers: int, shards: int) -> float:
-    """The part of a sync PS pull left after the last push (module doc, "Sync PS pull tail"): the late
-    workers' share of the busiest server NIC's pull, S / (S + 1) with S shards, and a late worker's
-    whole pull on its own links. A single worker is late alone: its whole pull."""
-    late = 1.0 if workers <= 1 else shards / (shards + 1.0)
-    return max(late * server_nic_s, worker_nic_s, intra_s)
+def late_share(workers: int, shards: int) -> float:
+    """The share of workers that pull only after their own last push (module doc, "Sync PS pull
+    tail"): S / (S + 1) with S shards, from the fine simulator; a single worker is late alone."""
+    return 1.0 if workers <= 1 else shards / (shards + 1.0)
+
+
+def flow_shop_s(ready_s: Sequence[float], stages: Sequence[Sequence[float]]) -> list[list[float]]:
+    """When each message leaves each stage of a FIFO flow shop (`stages[k][g]`: message g's time at
+    stage k; message g enters at `ready_s[g]`): done[k][g] = max(done[k][g-1], done[k-1][g]) + s_k[g]."""
+    done: list[list[float]] = []
+    previous = list(ready_s)
+    for stage in stages:
+        row, free = [], 0.0
+        for entry, service in zip(previous, stage):
+            free = max(free, entry) + service
+            row.append(free)
+        done.append(row)
+        previous = row
+    return done
+
+
+def sync_pull_end_s(pushed_s: float, updated_s: Sequence[float], pull_s: Sequence[float], late: float,
+                    own_pull_s: float = 0.0) -> float:
+    """When the busiest server NIC has sent every reply of a sync PS step (module doc, "Sync PS pull
+    tail"). The shard can reply with message g only once all its pushes are summed and applied
+    (`updated_s[g]`); an early worker's copy leaves from then on, a late worker's (share `late`) not
+    before its own last push is through (`pushed_s`). The NIC sends one reply at a time, so it ends at
+    max over entry times t of (t + all replies entering at or after t). `pull_s[g]`: message g's
+    replies to all workers on that NIC. A late worker's own links (`own_pull_s`: the busiest worker
+    NIC or intra-node link) carry its whole pull after its push."""
+    entries = sorted([(u, (1.0 - late) * p) for u, p in zip(updated_s, pull_s)]
+                     + [(max(pushed_s, u), late * p) for u, p in zip(updated_s, pull_s)])
+    end = 0.0
+    for entry, service in entries:
+        end = max(end, entry) + service
+    return max(end, pushed_s + own_pull_s)

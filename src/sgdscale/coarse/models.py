@@ -14,7 +14,6 @@ from sgdscale.cluster import Cluster
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
 from sgdscale.coarse.phases import (
-    head_max,
     head_max_means,
     optimizer_mean_s,
     pre_barrier_max,
@@ -160,8 +159,8 @@ class _ServerCosts:
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
-    pushes and updates a pipeline that starts during backward, then the late half of the pull:
-    `heuristics.sync_pull_tail_s`).
+    pushes and updates a pipeline that starts during backward, and the replies in the order the shard
+    applies messages, a late worker's after its own last push: `heuristics.sync_pull_end_s`).
 
     push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
     down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
@@ -170,7 +169,6 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     """
     n = cluster.workers
     scales = worker_scales(cluster)
-    slow = float(scales.max())
     costs = _ServerCosts(profile, cluster, strategy, comm)
     pre_max = pre_barrier_max(profile, cluster, variability)
 
@@ -185,15 +183,16 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     update = float(update_per_shard.max(initial=0.0))
 
     if heuristics and costs.total_bytes > 0:
-        # Pushes and updates flow as a pipeline that starts during backward (heuristics.pipeline_end_s);
-        # what is left of the pull after the last push: its late workers' half (heuristics.sync_pull_tail_s).
-        pull_tail = hz.sync_pull_tail_s(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s, n, costs.shards)
+        # Pushes and updates flow as a pipeline that starts during backward; the replies follow the
+        # order in which messages are applied on the shard, a late worker's after its own last push
+        # (heuristics, "Sync PS pull tail"), and a late worker's own links carry its whole pull.
         groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
-        stages = [hz.split_by_bytes(t, sizes) for t in (transfer, update)]
-        offsets = [slow * (g.ready_s - groups[0].ready_s) for g in groups]
-        end = hz.pipeline_end_s(head_max(profile, cluster, variability, groups[0]).mean,
-                                head_max(profile, cluster, variability, groups[-1]).mean, stages, offsets) + pull_tail
+        ready, _ = head_max_means(profile, cluster, variability, groups)
+        pushed, updated = hz.flow_shop_s(ready, [hz.split_by_bytes(t, sizes) for t in (transfer, update)])
+        server_pull = hz.split_by_bytes(float(shard_nic_s.max(initial=0.0)), sizes)
+        end = max(updated[-1], hz.sync_pull_end_s(pushed[-1], updated, server_pull, hz.late_share(n, costs.shards),
+                                                  max(worker_nic_s, intra_s)))
         extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
