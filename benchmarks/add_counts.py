@@ -4,7 +4,8 @@ The built-in profiles (src/sgdscale/data/profiles/) were timed on a quiet machin
 on the shared 2-core VM would make them worse. Counting does not need quiet: this script rebuilds
 each model exactly as benchmarks/build_profiles.py did (same options, batch size and seed), finds
 its layers the way the profiler does, counts one untimed step (sgdscale.profiling.counting) and
-writes forward/backward flops and bytes per layer, optimizer flops and bytes, `precision: fp32`
+writes forward/backward flops and bytes per layer, optimizer flops and bytes, the bytes of the
+module's buffers (`buffer_bytes`, which DDP broadcasts before every forward), `precision: fp32`
 and `device_key: vm-cpu-1t` (the catalog entry of the measuring machine, 1 thread) into each
 file. It refuses a model whose layers or tensors no longer match the file's, in name and order.
 
@@ -71,6 +72,7 @@ def main() -> int:
             layer["backward_bytes"] = counts.backward[index].bytes
         data["step"]["optimizer_flops"] = counts.optimizer.flops
         data["step"]["optimizer_bytes"] = counts.optimizer.bytes
+        data["buffer_bytes"] = sum(b.numel() * b.element_size() for b in workload.module.buffers())
         data["precision"] = "fp32"
         data["device_key"] = "vm-cpu-1t"
         data["provenance"]["counting"] = METHOD + " Added after timing by benchmarks/add_counts.py (times unchanged)."

@@ -3,7 +3,8 @@
 DistributedDataParallel (`broadcast_buffers=True`, its default, which the runtime keeps) broadcasts
 every module buffer from rank 0 before each forward in training: for models with batch norm (the
 running mean and variance; mobilenet_v2: 156 buffers, 137 kB; resnet50: 159, 213 kB), a
-coalesced gloo broadcast that overlaps nothing. No profile holds it, and no model predicts it.
+coalesced gloo broadcast that overlaps nothing. Profiles now record the buffers' bytes and both
+all-reduce models charge a tree broadcast for them (`sgdscale.bucket_copies.buffer_broadcast_s`).
 Held-out set 13's real mobilenet_v2 all-reduce runs spent 6-9 ms more in forward than profiled
 (`benchmarks/results/heldout13_trace/`). This trains the model with DDP on the emulated cluster
 with `broadcast_buffers` on and off, interleaved over rounds, and reports the median forward

@@ -86,3 +86,46 @@ def test_predict_says_what_the_copies_cost(capsys):
     assert "DDP's bucket copies at" in " ".join(capsys.readouterr().out.split())
     assert main(["predict", "gpt2", "--workers", "4", "--method", "coarse", "--strategy", "ps-sync"]) == 0
     assert "bucket copies" not in capsys.readouterr().out
+
+
+def test_buffer_broadcast_is_a_tree_of_messages_and_two_copies():
+    """ceil(log2 N) rounds of alpha + bytes x beta, and the copies into and out of the flat tensor; only
+    with DDP buckets, several workers and buffers."""
+    from sgdscale.bucket_copies import buffer_broadcast_s
+    from sgdscale.comm.topology import Topology
+
+    profile = _profile().model_copy(update={"buffer_bytes": 100_000})
+    comm = CommModel(CommModel.from_link(1e9, 1e-4).p2p, copy_s_per_byte=1e-9)
+
+    def cost(workers, grouping="buckets", prof=profile):
+        return buffer_broadcast_s(prof, grouping, Topology.of(Cluster(workers, 1e9, 1e-4), comm, Strategy("allreduce")))
+
+    one_round = 1e-4 + 100_000 * 8 / 1e9
+    assert cost(2) == pytest.approx(one_round + 2e-4)
+    assert cost(3) == pytest.approx(2 * one_round + 2e-4) == cost(4)
+    assert cost(5) == pytest.approx(3 * one_round + 2e-4)
+    assert cost(1) == cost(4, "per-tensor") == cost(4, prof=_profile()) == 0.0
+
+
+@pytest.mark.parametrize("method", ["fine", "coarse"])
+def test_both_methods_hold_every_forward_for_the_buffer_broadcast(method):
+    """Identical workers, no variability: the step grows by exactly the broadcast, counted as exposed
+    communication; fine's timeline shows it before forward."""
+    from sgdscale.bucket_copies import buffer_broadcast_s
+    from sgdscale.comm.topology import Topology
+
+    profile = load_profile("mobilenet_v2")
+    assert profile.buffer_bytes > 0  # its batch norms' statistics
+    cluster, comm = Cluster(3, 1e9), CommModel.from_link(1e9, 50e-6)
+    steps, exposed = {}, {}
+    for nbytes in (0, profile.buffer_bytes):
+        result = predict(profile.model_copy(update={"buffer_bytes": nbytes}), cluster, Strategy(kind="allreduce"),
+                         comm, [3], methods=(method,), variability=False, timeline=method == "fine")
+        steps[nbytes] = result.results[0].iteration_s["mean"]
+        exposed[nbytes] = result.results[0].breakdown.exposed_comm_s
+        if nbytes and method == "fine":
+            assert any(e.name == "broadcast buffers" for e in result.results[0].timeline)
+    broadcast = buffer_broadcast_s(profile, "buckets", Topology.of(cluster, comm, Strategy(kind="allreduce")))
+    assert broadcast > 0
+    assert steps[profile.buffer_bytes] - steps[0] == pytest.approx(broadcast, rel=1e-6)
+    assert exposed[profile.buffer_bytes] - exposed[0] == pytest.approx(broadcast, rel=1e-6)

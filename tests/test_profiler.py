@@ -160,6 +160,9 @@ def test_provenance_says_how_and_where():
     assert profile.framework.name == "pytorch"
     assert profile.input["batch_shape"] == [4, 3, 8, 8]
     assert profile.step.h2d_s == 0.0  # CPU: nothing to copy
+    # the batch norms' statistics, which DDP broadcasts before every forward
+    module = build_workload("cnn", width=4, image_size=8).module
+    assert profile.buffer_bytes == sum(b.numel() * b.element_size() for b in module.buffers()) > 0
 
 
 def test_round_trip_save_load(tmp_path):

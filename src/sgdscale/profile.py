@@ -95,6 +95,8 @@ class Profile(_Strict):
     iteration_s: IterationStats | None = None
     precision: str | None = Field(default=None, description="compute precision measured: fp32, tf32, fp16, bf16")
     device_key: str | None = Field(default=None, description="device catalog key of the measuring device")
+    buffer_bytes: ByteCount = Field(default=0, description="bytes of the module's buffers (batch-norm statistics), "
+                                    "which DDP broadcasts from rank 0 before every training forward")
 
     @model_validator(mode="after")
     def _unique_tensor_names(self) -> Profile:

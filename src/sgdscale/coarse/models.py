@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgdscale import bottleneck as words
-from sgdscale.bucket_copies import copy_back_suffix_s, ddp_copies, finalized_s
+from sgdscale.bucket_copies import buffer_broadcast_s, copy_back_suffix_s, ddp_copies, finalized_s
 from sgdscale.cluster import Cluster
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse.mva import solve_mva
@@ -92,6 +92,7 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
                                       copy_back_suffix_s(sizes, copy_back_s_per_byte))
     else:
         exposed = total_comm
+    exposed += buffer_broadcast_s(profile, strategy.grouping, topology)  # DDP's, before every forward: overlaps nothing
     optimizer = slow * optimizer_mean_s(profile, variability)
     step_mean = pre_max.mean + exposed + optimizer
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgdscale.bottleneck import describe_allreduce
-from sgdscale.bucket_copies import copy_back_suffix_s, ddp_copies, finalized_s
+from sgdscale.bucket_copies import buffer_broadcast_s, copy_back_suffix_s, ddp_copies, finalized_s
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
@@ -77,6 +77,7 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     groups = group_gradients(profile, strategy, topology, workers)
     costs, levels = collective_times_s(groups, topology)
     copy_back = copy_back_suffix_s([g.bytes for g in groups], copy_back_s_per_byte)
+    broadcast_s = buffer_broadcast_s(profile, strategy.grouping, topology)  # DDP's, before every forward
     interference = interference_of(comm) if workers > 1 else None
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     tables = _RowTables(sampler, groups)
@@ -118,7 +119,9 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
                 fixed = (pre, fwd, bwd, opt, offsets)
         else:
             pre, fwd, bwd, opt, offsets = fixed
-        backward_start = start + pre + fwd
+        # DDP's buffer broadcast holds every forward until the last worker has its data and the tree is done
+        forward_start = start + pre if broadcast_s <= 0 else np.full(width, float((start + pre).max()) + broadcast_s)
+        backward_start = forward_start + fwd
         backward_end = backward_start + bwd
         if n_groups:
             if by_class:
@@ -146,12 +149,12 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
             i = k - warmup
             steps[i] = cluster_end - previous_end
             compute[i] = float(np.mean(pre + fwd + bwd + opt))
-            exposed[i] = max(comm_end - float(backward_end.max()), 0.0)
+            exposed[i] = max(comm_end - float(backward_end.max()), 0.0) + broadcast_s
             if events is not None and i < spec.iterations:
                 durations = costs if interference is None else comm_ends - comm_start
                 _record(events, profile, sampler, groups, durations, rows, trace_workers, identical, start,
                         backward_end, comm_start, comm_end, step_end, k, stretch_backward=interference is not None,
-                        max_events=max_events, alike_label=not spec.all_workers)
+                        max_events=max_events, alike_label=not spec.all_workers, forward_start=forward_start)
         previous_end = cluster_end
         start = step_end
 
@@ -212,7 +215,7 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
             costs: np.ndarray, rows: np.ndarray, trace_workers: list[int], identical: bool, start: np.ndarray,
             backward_end: np.ndarray, comm_start: np.ndarray, comm_end: float, step_end: np.ndarray,
             iteration: int, stretch_backward: bool = False, max_events: int = TIMELINE_MAX_EVENTS,
-            alike_label: bool = True) -> None:
+            alike_label: bool = True, forward_start: np.ndarray | None = None) -> None:
     """Append one iteration of the traced workers and the communication stream (capped).
 
     Identical workers are simulated as one: with `alike_label` it is drawn once as "worker 0 (all N
@@ -234,6 +237,9 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
             if duration > 0:
                 events.append(TraceEvent(label, t, float(duration), process, "compute", args))
                 t += float(duration)
+        if forward_start is not None and float(forward_start[col]) > t + 1e-12:  # DDP's buffer broadcast (and its wait)
+            events.append(TraceEvent("broadcast buffers", t, float(forward_start[col]) - t, process, "compute", args))
+            t = float(forward_start[col])
         for index, duration in enumerate(sampler.forward_table_s[row] * scale):
             events.append(TraceEvent(f"forward {names[index]}", t, float(duration), process, "compute", args))
             t += float(duration)

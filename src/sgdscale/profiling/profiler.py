@@ -561,5 +561,6 @@ def _build_profile(
             "iteration_s": iteration,
             "precision": precision,
             "device_key": _catalog_key(dev),
+            "buffer_bytes": sum(b.numel() * b.element_size() for b in workload.module.buffers()),
         }
     )

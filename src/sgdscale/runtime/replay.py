@@ -6,6 +6,8 @@ Every profiled layer becomes one module that owns parameters of exactly the prof
 profiled forward time; in backward, each parameter's gradient becomes ready at its profiled time
 (`grad_ready_s` where the profile has it, else when its layer's backward ends), in the profiled
 order, so DDP's buckets, the manual groupings and the parameter server see the real ready order.
+The module also owns one buffer of the profile's `buffer_bytes` (the model's batch-norm
+statistics), which DDP broadcasts before every forward as it does the real model's.
 Communication is fully real: gloo, real bytes, shaped links.
 
 How the time is spent (`compute`):
@@ -196,6 +198,8 @@ class ReplayModule(nn.Module):
             layers.append(ReplayLayer([t.numel for t in layer.params], forward_s, chains[index], spender))
             self.profile_names += [t.name for t in layer.params]
         self.layers = nn.ModuleList(layers)
+        if profile.buffer_bytes:  # as many buffer bytes as the model (DDP broadcasts them before every forward)
+            self.register_buffer("profiled_buffers", torch.zeros(profile.buffer_bytes, dtype=torch.uint8))
         self.forward_budget_s = sum(layer.forward_s for layer in layers)
 
     def forward(self, x: Tensor) -> Tensor:
