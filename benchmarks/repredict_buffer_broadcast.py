@@ -9,7 +9,11 @@ those sets ran modules without buffers, and their saved profiles say 0: unchange
 tuning sets for the change (it was found on set 13).
 
     .venv/bin/python benchmarks/repredict_buffer_broadcast.py
-Raw output: benchmarks/results/repredict_buffer_broadcast.md.
+    .venv/bin/python benchmarks/repredict_buffer_broadcast.py --without heldout16
+Raw output: benchmarks/results/repredict_buffer_broadcast.md. `--without SET` does the reverse on a set
+whose profiles have the field (held-out set 16): every profile's buffer bytes set to 0, i.e. what
+the change moved there ('now' is then the prediction without the broadcast); raw output
+benchmarks/results/repredict_<SET>_without_buffer_broadcast.md.
 """
 
 from __future__ import annotations
@@ -33,21 +37,26 @@ def buffer_bytes(model: str, image_size: int | None, seq_len: int | None, option
     return sum(b.numel() * b.element_size() for b in module.buffers())
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     original = Validator.case_inputs
+    without = argv[1] if argv[:1] == ["--without"] and len(argv) == 2 else None
 
-    def with_buffers(self, case, round_index=0):
+    def patched(self, case, round_index=0):
         profile, cluster, strategy, comm, variability = original(self, case, round_index)
         spec = case.spec
-        if spec.kind == "real" and not profile.buffer_bytes:
+        if without:
+            profile = profile.model_copy(update={"buffer_bytes": 0})
+        elif spec.kind == "real" and not profile.buffer_bytes:
             nbytes = buffer_bytes(spec.model, spec.image_size, spec.seq_len, spec.options)
             profile = profile.model_copy(update={"buffer_bytes": nbytes})
         return profile, cluster, strategy, comm, variability
 
-    with mock.patch.object(Validator, "case_inputs", with_buffers):
-        return repredict(["--methods", "fine,coarse,fine-nominal,coarse-nominal", "--strategies", "allreduce",
-                          "--sets", SETS, "--output", "repredict_buffer_broadcast"])
+    methods = "fine,coarse" if without else "fine,coarse,fine-nominal,coarse-nominal"
+    output = f"repredict_{without}_without_buffer_broadcast" if without else "repredict_buffer_broadcast"
+    with mock.patch.object(Validator, "case_inputs", patched):
+        return repredict(["--methods", methods, "--strategies", "allreduce", "--sets", without or SETS,
+                          "--output", output])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
