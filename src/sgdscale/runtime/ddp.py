@@ -19,7 +19,8 @@ built-in all-reduce does (average into the bucket) and timestamps each bucket's 
 launch to completion (the future's callback, on gloo's thread); the manual groupings timestamp each
 group's all-reduce the same way. Untraced runs install neither (DDP keeps its C++ hook).
 
-Every strategy applies plain SGD (no momentum) with learning rate `lr` to averaged gradients.
+Every grouping applies SGD with momentum (`sgdscale.profiling.profiler.MOMENTUM`, the optimizer the profiles
+time) with learning rate `lr` to averaged gradients.
 On NCCL (`ctx.device` a GPU) the model and batches live on that GPU and every timestamp follows a
 `torch.cuda.synchronize()`, so a phase's time includes the kernels it launched.
 """
