@@ -105,6 +105,10 @@ def test_buffer_broadcast_is_a_tree_of_messages_and_two_copies():
     assert cost(3) == pytest.approx(2 * one_round + 2e-4) == cost(4)
     assert cost(5) == pytest.approx(3 * one_round + 2e-4)
     assert cost(1) == cost(4, "per-tensor") == cost(4, prof=_profile()) == 0.0
+    # a profile that timed DDP's local work with its buffers is charged that instead of the two copies
+    timed = profile.model_copy(update={"buffer_sync_s": 3e-3})
+    assert cost(3, prof=timed) == pytest.approx(2 * one_round + 3e-3)
+    assert cost(1, prof=timed) == cost(4, "per-tensor", prof=timed) == 0.0
 
 
 @pytest.mark.parametrize("method", ["fine", "coarse"])

@@ -163,6 +163,20 @@ def test_provenance_says_how_and_where():
     # the batch norms' statistics, which DDP broadcasts before every forward
     module = build_workload("cnn", width=4, image_size=8).module
     assert profile.buffer_bytes == sum(b.numel() * b.element_size() for b in module.buffers()) > 0
+    # and DDP's local work with them (re-collect, flatten per dtype, copy back): timed, far under a step
+    assert 0 < profile.buffer_sync_s < profile.iteration_s.mean
+
+
+def test_buffer_sync_is_zero_without_buffers_and_grows_with_buffer_tensors():
+    """DDP's local work with the buffers goes per tensor: a model with 40 batch norms (120 buffer
+    tensors) costs more than one with 2 (6), and a model without buffers costs nothing."""
+    from sgdscale.profiling.profiler import buffer_sync_s
+
+    cpu = torch.device("cpu")
+    assert buffer_sync_s(nn.Linear(4, 4), 20, cpu) == 0.0
+    few = min(buffer_sync_s(nn.Sequential(*[nn.BatchNorm1d(4) for _ in range(2)]), 200, cpu) for _ in range(3))
+    many = min(buffer_sync_s(nn.Sequential(*[nn.BatchNorm1d(4) for _ in range(40)]), 200, cpu) for _ in range(3))
+    assert many > 5 * few > 0
 
 
 def test_round_trip_save_load(tmp_path):

@@ -66,6 +66,32 @@ def test_builtin_replay_has_exactly_the_profiled_parameters(name):
         [len(layer.params) for layer in profile.layers]
 
 
+def test_replay_spends_ddps_local_buffer_work_before_every_forward_of_its_wrapper():
+    """The replay's one buffer does not cost DDP the real model's local work with its many buffer
+    tensors, so it spends the profiled `buffer_sync_s` ahead of every forward of the DDP wrapper."""
+    from torch import nn
+
+    profile = _profile(buffer_bytes=1000, buffer_sync_s=0.03)
+    replay = build_replay(profile.to_json(), "sleep", calibrate=False)
+    net = nn.Sequential(replay.module)  # stands in for the DDP wrapper
+    x, _ = replay_batch(1)
+
+    def forward_s() -> float:
+        start = time.perf_counter()
+        net(x)
+        return time.perf_counter() - start
+
+    plain = min(forward_s() for _ in range(3))
+    replay.spend_buffer_sync_before(net)
+    assert 0.03 * 0.97 <= min(forward_s() for _ in range(3)) - plain <= 0.03 + LATE_S
+    # nothing to spend without the profiled time or without buffers
+    for changes in ({"buffer_bytes": 1000}, {"buffer_sync_s": 0.03}):
+        other = build_replay(_profile(**changes).to_json(), "sleep", calibrate=False)
+        wrapper = nn.Sequential(other.module)
+        other.spend_buffer_sync_before(wrapper)
+        assert not wrapper._forward_pre_hooks
+
+
 def test_gradients_become_ready_in_the_profiled_order_at_the_profiled_times():
     profile = _profile()
     replay = build_replay(profile.to_json(), "sleep")

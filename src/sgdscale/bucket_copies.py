@@ -19,9 +19,17 @@ byte copied), else it is 0. Both fine and coarse all-reduce models apply it with
 DDP also broadcasts the module's buffers (batch-norm statistics; `Profile.buffer_bytes`) from rank 0
 before every training forward (`broadcast_buffers=True`, its default): one coalesced broadcast that
 overlaps nothing and holds every worker's forward until it is done. gloo broadcasts along a
-binomial tree, ceil(log2 N) rounds of one message each; the buffers are copied into one flat tensor
-and back. Measured on set 13's cluster (`benchmarks/ddp_buffer_sync.py`: mobilenet_v2, 137 kB of
-buffers, 3 workers, 1.1 Gbit/s, 0.42 cores): 4.6 ms of forward, 5.5 ms of a 207 ms step.
+binomial tree, ceil(log2 N) rounds of one message each. Around it DDP works locally: it re-collects
+the module's buffers, flattens them into one tensor per dtype and copies the values back into every
+buffer. Measured on set 13's cluster (`benchmarks/ddp_buffer_sync.py`: mobilenet_v2, 137 kB of
+buffers, 3 workers, 1.1 Gbit/s, 0.42 cores): 4.6 ms of forward, 5.5 ms of a 207 ms step. The local
+work goes per tensor more than per byte: on set 16's cluster (0.48 cores,
+`benchmarks/buffer_broadcast_parts.py`) DDP's whole `_sync_buffers` took 3.2 ms for mobilenet_v2's
+156 buffer tensors and 0.9 ms for resnet18's 60, where one broadcast of as many bytes took 0.44 and
+0.20 ms; inside a training step, after a compute phase has spent the node's quota, 5.2 and 2.4 ms
+(`benchmarks/step_anatomy.py`). So the profiler times that local work on the model itself
+(`Profile.buffer_sync_s`); a profile without it falls back to two copies of the bytes at the
+network's copy rate (under 0.1 ms for mobilenet_v2).
 """
 
 from __future__ import annotations
@@ -109,8 +117,11 @@ def copies_note(profile: Profile, measured_s_per_byte: float | None) -> str:
 def buffers_note(profile: Profile) -> str:
     """What a prediction with DDP buckets charged for the buffer broadcast, in words, for `sgdscale predict`."""
     if profile.buffer_bytes > 0:
+        local = (f"and DDP's local work with them, {profile.buffer_sync_s * 1e3:.2f} ms as profiled"
+                 if profile.buffer_sync_s is not None else
+                 "and DDP's local work with them as two copies of the bytes (the profile did not time it)")
         return (f"DDP broadcasts the model's {format_bytes(profile.buffer_bytes)} of buffers (batch-norm statistics) "
-                "from rank 0 before every forward: charged as a tree broadcast that overlaps nothing")
+                f"from rank 0 before every forward: charged as a tree broadcast that overlaps nothing, {local}")
     return ("no DDP buffer broadcast charged: the profile records no buffers (a profile made before sgdscale "
             "recorded them, or an imported one, says 0; re-profile a model with batch norm to include it)")
 
@@ -132,11 +143,19 @@ def finalized_s(backward_end_s, comm_ends_s: np.ndarray, suffix_s: np.ndarray):
 
 def buffer_broadcast_s(profile: Profile, grouping: str | None, topology: Topology) -> float:
     """Seconds DDP's buffer broadcast holds every worker before forward (module doc): ceil(log2 N)
-    tree rounds of alpha + bytes x beta on the slowest NIC, and the copies into and out of the flat
-    tensor; 0 without DDP buckets, with one worker, or without buffers."""
+    tree rounds of alpha + bytes x beta on the slowest NIC, and DDP's local work with the buffers
+    (`buffer_local_s`); 0 without DDP buckets, with one worker, or without buffers."""
     nbytes, workers = profile.buffer_bytes, topology.cluster.workers
     if grouping != "buckets" or workers <= 1 or nbytes <= 0:
         return 0.0
     beta_s_per_byte = topology.nic_beta_s_per_byte(topology.slowest_nic_bps)
-    copies_s = 2.0 * nbytes * copy_s_per_byte(profile, topology.nic.copy_s_per_byte)
-    return math.ceil(math.log2(workers)) * (topology.alpha_s + nbytes * beta_s_per_byte) + copies_s
+    local_s = buffer_local_s(profile, topology.nic.copy_s_per_byte)
+    return math.ceil(math.log2(workers)) * (topology.alpha_s + nbytes * beta_s_per_byte) + local_s
+
+
+def buffer_local_s(profile: Profile, measured_copy_s_per_byte: float | None) -> float:
+    """DDP's local work with the buffers per forward: as the profiler timed it, else two copies of the
+    bytes (into the flat tensor and back) at the copy rate."""
+    if profile.buffer_sync_s is not None:
+        return profile.buffer_sync_s
+    return 2.0 * profile.buffer_bytes * copy_s_per_byte(profile, measured_copy_s_per_byte)

@@ -97,6 +97,10 @@ class Profile(_Strict):
     device_key: str | None = Field(default=None, description="device catalog key of the measuring device")
     buffer_bytes: ByteCount = Field(default=0, description="bytes of the module's buffers (batch-norm statistics), "
                                     "which DDP broadcasts from rank 0 before every training forward")
+    buffer_sync_s: Seconds | None = Field(
+        default=None, description="DDP's local work with the buffers before every training forward (re-collecting "
+        "them, flattening them into one tensor per dtype, copying the broadcast values back), timed on the "
+        "profiling node; None: not measured (a profile made before sgdscale measured it, or an imported one)")
 
     @model_validator(mode="after")
     def _unique_tensor_names(self) -> Profile:

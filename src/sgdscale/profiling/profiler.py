@@ -21,7 +21,8 @@ How time is attributed (so the parts add up exactly to the instrumented step):
   grad_ready_s   per parameter tensor, time from backward start to its gradient being accumulated.
   step           data_s = synthetic batch creation; h2d_s = copy to the device (0 on the CPU,
                  where the no-op copy's microseconds stay in data_s);
-                 optimizer_s = ``zero_grad(set_to_none=True)`` + ``SGD(momentum=0.9).step()``.
+                 optimizer_s = ``zero_grad(set_to_none=True)`` + ``SGD(momentum=0.9).step()``;
+                 buffer_sync_s = DDP's local work with the buffers before a forward (`buffer_sync_s`).
 The same number of *uninstrumented* steps (no hooks at all) are interleaved with the instrumented
 ones; their wall times are `iteration_s`, and ``provenance.consistency`` records how far the sum
 of the instrumented parts is from them (hook overhead plus noise). All reported times are means
@@ -421,8 +422,37 @@ def _run(
         return workload.loss_fn(_call(module, _to(x, dev, dtype)), _to(y, dev))
 
     counts = count_step([layer.module for layer in layers], params, param_layer, run_forward, optimizer)
+    buffer_sync = buffer_sync_s(module, max(20, iterations), dev)
     return _build_profile(workload, layers, param_layer, records, plain, batch_size, batch_shape, dev,
-                          extra_provenance, counts, precision)
+                          extra_provenance, counts, precision, buffer_sync)
+
+
+def buffer_sync_s(module: nn.Module, repeats: int, dev: Any) -> float:
+    """Mean seconds of the local work DDP does with `module`'s buffers before every training forward
+    (`DistributedDataParallel._sync_buffers`: re-collect the named buffers, flatten them into one
+    tensor per dtype for `_broadcast_coalesced`, copy the broadcast values back into each buffer),
+    without the broadcast itself, `repeats` times back to back. It is per tensor more than per byte
+    (mobilenet_v2's 156 buffer tensors, 137 kB: about 3 ms of a 5 ms broadcast at 0.48 cores,
+    `benchmarks/buffer_broadcast_parts.py`), so the network's copy rate does not give it. The mean of a
+    back-to-back loop holds a CPU quota's throttling as the step after a compute phase meets it."""
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    if not any(True for _ in module.buffers()):
+        return 0.0
+    began = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(repeats):
+            named = [(buffer, name) for name, buffer in module.named_buffers()]
+            by_dtype: dict[Any, list[Any]] = {}
+            for buffer, _name in named:
+                by_dtype.setdefault(buffer.dtype, []).append(buffer)
+            for tensors in by_dtype.values():
+                flat = _flatten_dense_tensors(tensors)
+                for tensor, value in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
+                    tensor.copy_(value)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    return (time.perf_counter() - began) / repeats
 
 
 def _build_profile(
@@ -437,6 +467,7 @@ def _build_profile(
     extra_provenance: dict[str, Any] | None,
     counts: StepCounts,
     precision: str,
+    buffer_sync: float = 0.0,
 ) -> Profile:
     n_layers = len(layers)
     n_params = len(param_layer)
@@ -562,5 +593,6 @@ def _build_profile(
             "precision": precision,
             "device_key": _catalog_key(dev),
             "buffer_bytes": sum(b.numel() * b.element_size() for b in workload.module.buffers()),
+            "buffer_sync_s": buffer_sync,
         }
     )

@@ -136,6 +136,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         if on_gpu:
             kwargs["device_ids"] = [torch.device(ctx.device)]
         net: torch.nn.Module = DistributedDataParallel(module, **kwargs)
+        if setup.replay is not None and ctx.world_size > 1:
+            setup.replay.spend_buffer_sync_before(net)
         if recorder is not None:
             net.register_comm_hook(None, traced_allreduce_hook(recorder, ctx.world_size))
     else:

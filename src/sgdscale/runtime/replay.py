@@ -7,7 +7,10 @@ profiled forward time; in backward, each parameter's gradient becomes ready at i
 (`grad_ready_s` where the profile has it, else when its layer's backward ends), in the profiled
 order, so DDP's buckets, the manual groupings and the parameter server see the real ready order.
 The module also owns one buffer of the profile's `buffer_bytes` (the model's batch-norm
-statistics), which DDP broadcasts before every forward as it does the real model's.
+statistics), which DDP broadcasts before every forward as it does the real model's; DDP's local
+work with the real model's many buffer tensors (`Profile.buffer_sync_s`), which one buffer does not
+cause, is spent before every forward under DDP with more than one worker
+(`Replay.spend_buffer_sync_before`).
 Communication is fully real: gloo, real bytes, shaped links.
 
 How the time is spent (`compute`):
@@ -280,6 +283,14 @@ class Replay:
 
     def optimizer_step(self) -> None:
         self.spender.spend(self.profile.step.optimizer_s, time.perf_counter())
+
+    def spend_buffer_sync_before(self, net: nn.Module) -> None:
+        """Spend the profiled `buffer_sync_s` ahead of every forward of `net` (the DDP wrapper: before
+        its buffer broadcast), as DDP's local work with the real model's buffers takes it there."""
+        seconds = self.profile.buffer_sync_s
+        if seconds and self.profile.buffer_bytes:
+            net.register_forward_pre_hook(
+                lambda _module, _args: self.spender.spend(seconds, time.perf_counter(), "forward"))
 
     @property
     def spin_rate(self) -> float | None:
