@@ -11,10 +11,13 @@ push phase; only the late ones pull after it (`sgdscale.coarse.heuristics`, "Syn
    variability. Coarse takes S / (S + 1) with S shards (from the fine simulator's median late
    fraction of the pull, when coarse kept a fixed share of it after the push phase; raw output of
    that form: results/coarse_vs_fine_syncps_before_pull_order.txt). The matched share spreads from
-   0 to 1 and is lowest where the largest gradient is ready last (bert's and gpt2's embeddings):
-   fine's workers stagger across steps, which coarse's one-step form does not have. The kept runs
+   0 to 1. With the one-step form (results/coarse_vs_fine_syncps_before_two_class.txt) it was
+   lowest where the largest gradient is ready last (bert's and gpt2's embeddings): fine's early
+   workers run ahead into the next step, which that form did not have; coarse now carries that lead
+   (`heuristics.sync_ps_end_s`), and the share that matches fine moved (median 0.35 -> 0.06 with one
+   shard, still 0-0.82): no constant share reproduces fine. The kept runs
    (results/repredict_coarse_pull_order.md; benchmarks/late_share_on_kept_runs.py tries 0.25-0.8)
-   favour 1/2 over fine's one-shard median (0.35).
+   favoured 1/2 over fine's one-shard median (0.35) with the one-step form; 1/2 stays.
 2. Coarse / fine - 1 on built-in profiles, 1 and 10 Gbit/s, 2-16 workers, one shard, sharing sigma
    0.2 (the emulated cluster's typical measured value), no variability; then 2 and 4 shards.
 

@@ -6,12 +6,15 @@ median 0.35 (benchmarks/coarse_vs_fine_syncps.py). This re-predicts every kept o
 run of sets 2-14 (`benchmarks/repredict_sets.py`) with the one-shard share set to each value given,
 so the choice rests on measurements; these sets are tuning sets for it.
 
-    .venv/bin/python benchmarks/late_share_on_kept_runs.py [0.25 0.35 0.5]
-Raw output: benchmarks/results/late_share_on_kept_runs-<share>.md.
+    .venv/bin/python benchmarks/late_share_on_kept_runs.py [0.25 0.35 0.5] [--sets heldout2,...] [--tag TAG]
+Raw output: benchmarks/results/late_share_on_kept_runs-<share>[-TAG].md. Run with the coarse model
+of its time (the one-step form, before `heuristics.sync_ps_end_s`) for sets 2-14; again with the
+two-class form for sets 2-15, tag `two_class`.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from unittest import mock
 
@@ -22,16 +25,21 @@ from sgdscale.coarse import heuristics
 SETS = "heldout2,heldout3,heldout4,heldout5,heldout6,heldout7,heldout8,heldout9,heldout10,heldout12,heldout13,heldout14"
 
 
-def main(shares: list[float]) -> int:
-    for share in shares:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shares", type=float, nargs="*", default=[0.25, 0.35, 0.5])
+    parser.add_argument("--sets", default=SETS)
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args(argv)
+    for share in args.shares:
         def late(workers: int, shards: int, share: float = share) -> float:
             return 1.0 if workers <= 1 else (share if shards == 1 else shards / (shards + 1.0))
 
         with mock.patch.object(heuristics, "late_share", late):
-            repredict(["--methods", "coarse,coarse-nominal", "--strategies", "ps-sync", "--sets", SETS,
-                       "--output", f"late_share_on_kept_runs-{share:g}"])
+            repredict(["--methods", "coarse,coarse-nominal", "--strategies", "ps-sync", "--sets", args.sets,
+                       "--output", f"late_share_on_kept_runs-{share:g}" + (f"-{args.tag}" if args.tag else "")])
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main([float(a) for a in sys.argv[1:]] or [0.25, 0.35, 0.5]))
+    sys.exit(main(sys.argv[1:]))

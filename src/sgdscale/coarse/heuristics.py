@@ -60,6 +60,14 @@ the 151 MB one end near the end of the push phase) nearly the whole pull follows
 fixed late half of it made coarse 23-28% too fast on held-out set 14's alexnet replays
 (benchmarks/coarse_pull_tail_heldout14.py). A worker's own NIC (and intra-node link) carries only
 its own pull, which a late worker runs whole after its push.
+Across steps the two classes keep their order: an early worker got its parameters some `lead`
+seconds before the last reply left, and spends them on its next forward and backward while the
+shard still replies to the late ones, so at the step's start (the shard posting its receives) its
+gradients are that much nearer ready (`sync_ps_end_s`, the lead found as a fixed point; it settles in
+two rounds on the built-ins). Where the largest gradient is ready last (gpt2's and bert's
+embeddings: all of its replies follow the push phase) the one-step form, which has no such lead,
+was 4-13% slower than fine with 2-16 workers; with it bert and gpt2 with 3-4 workers are within 3%
+of fine (benchmarks/coarse_vs_fine_syncps.py).
 
 **Async PS.** In the closed network a worker's queueing and transfer time at the server can
 hide behind its own backward in the same way. The model applies `pipeline_end_s` to the worker's
@@ -149,9 +157,54 @@ def sync_pull_end_s(pushed_s: float, updated_s: Sequence[float], pull_s: Sequenc
     max over entry times t of (t + all replies entering at or after t). `pull_s[g]`: message g's
     replies to all workers on that NIC. A late worker's own links (`own_pull_s`: the busiest worker
     NIC or intra-node link) carry its whole pull after its push."""
-    entries = sorted([(u, (1.0 - late) * p) for u, p in zip(updated_s, pull_s)]
-                     + [(max(pushed_s, u), late * p) for u, p in zip(updated_s, pull_s)])
-    end = 0.0
-    for entry, service in entries:
-        end = max(end, entry) + service
-    return max(end, pushed_s + own_pull_s)
+    return max(reply_order_s(pushed_s, updated_s, pull_s, late)[0], pushed_s + own_pull_s)
+
+
+def reply_order_s(pushed_s: float, updated_s: Sequence[float], pull_s: Sequence[float],
+                  late: float) -> tuple[float, float]:
+    """(when the server NIC has sent every reply, when it has sent the early workers' last one), the
+    replies ordered as `sync_pull_end_s` says; at equal times the early workers' go first (their
+    notice reached the shard first)."""
+    replies = sorted([(u, 0, (1.0 - late) * p) for u, p in zip(updated_s, pull_s)]
+                     + [(max(pushed_s, u), 1, late * p) for u, p in zip(updated_s, pull_s)])
+    free, early_end = 0.0, 0.0
+    for entry, kind, service in replies:
+        free = max(free, entry) + service
+        if kind == 0:
+            early_end = free
+    return free, early_end
+
+
+def sync_ps_end_s(ready_s: Sequence[float], push_s: Sequence[float], update_s: Sequence[float],
+                  pull_s: Sequence[float], late: float, own_pull_s: float = 0.0, rounds: int = 12) -> float:
+    """When a sync PS step's last reply has left the busiest server NIC, in the steady state of two
+    classes of workers (module doc, "Sync PS pull tail"): the early ones (share 1 - `late`) got their
+    parameters `lead` seconds before the late ones and ran that much of their next forward and
+    backward while the shard still replied, so their gradients of message g are ready at
+    max(0, ready_g - lead) (not before the shard posts its receives: the step's start); the late ones
+    at ready_g. Pushes through the shard's NIC are one FIFO over both classes' copies (message g:
+    `push_s[g]` for all N copies), the update of g follows its last copy (`update_s[g]`), and the
+    replies leave as `sync_pull_end_s` orders them. `lead` is the time from the early copies' last
+    reply to the end, found by fixed-point iteration from 0 (the one-class form: one step, no
+    overlap across steps), which left coarse 4-13% slower than fine where the largest gradient is
+    ready last (gpt2's and bert's embeddings)."""
+    early = 1.0 - late
+    lead, end = 0.0, 0.0
+    for _ in range(rounds):
+        copies = sorted([(max(0.0, r - lead), g, 0, early * p) for g, (r, p) in enumerate(zip(ready_s, push_s))]
+                        + [(r, g, 1, late * p) for g, (r, p) in enumerate(zip(ready_s, push_s))])
+        pushed = [0.0] * len(push_s)
+        late_pushed, free = 0.0, 0.0
+        for entry, g, kind, service in copies:
+            free = max(free, entry) + service
+            pushed[g] = max(pushed[g], free)
+            if kind == 1:
+                late_pushed = free
+        updated = flow_shop_s(pushed, [update_s])[0]
+        end = max(updated[-1], sync_pull_end_s(late_pushed, updated, pull_s, late, own_pull_s))
+        early_end = reply_order_s(late_pushed, updated, pull_s, late)[1]
+        new_lead = end - early_end if early > 0 else 0.0
+        if abs(new_lead - lead) <= 1e-12:
+            break
+        lead = new_lead
+    return end

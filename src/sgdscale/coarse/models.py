@@ -161,7 +161,8 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
     pushes and updates a pipeline that starts during backward, and the replies in the order the shard
-    applies messages, a late worker's after its own last push: `heuristics.sync_pull_end_s`).
+    applies messages, a late worker's after its own last push, the early workers a lead ahead into
+    the next step: `heuristics.sync_ps_end_s`).
 
     push: every worker sends all its gradients; the phase lasts as long as the busiest NIC: a shard's
     down-link receiving N * bytes_on_shard, or a worker's up-link sending all bytes. Each shard sums
@@ -190,10 +191,9 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
         ready, _ = head_max_means(profile, cluster, variability, groups)
-        pushed, updated = hz.flow_shop_s(ready, [hz.split_by_bytes(t, sizes) for t in (transfer, update)])
         server_pull = hz.split_by_bytes(float(shard_nic_s.max(initial=0.0)), sizes)
-        end = max(updated[-1], hz.sync_pull_end_s(pushed[-1], updated, server_pull, hz.late_share(n, costs.shards),
-                                                  max(worker_nic_s, intra_s)))
+        end = hz.sync_ps_end_s(ready, hz.split_by_bytes(transfer, sizes), hz.split_by_bytes(update, sizes),
+                               server_pull, hz.late_share(n, costs.shards), max(worker_nic_s, intra_s))
         extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
