@@ -8,6 +8,7 @@ predictor or runtime, not a modelling error. The same real case measured in two 
 benchmarks/accuracy.py, which runs the full grid with longer runs.
 """
 
+import json
 import os
 
 import pytest
@@ -67,8 +68,18 @@ def test_network_benchmark_measures_incast_with_every_ps_case_senders(tmp_path):
     assert validator([2], ["allreduce"]).bench_runs() == [2]
     two = validator([2], ["allreduce", "ps-sync"])
     assert two.bench_counts() == [2] and two.bench_runs() == [2, 3]
-    assert two.network_path(1e9).name == "1000Mbit-q0.2-n2.json"  # named by the grid's worker counts, as before
     assert validator([3, 4], ["ps-async"], ps_count=2).bench_runs() == [3, 4, 6]
+    # named by the process counts benchmarked, so a PS grid does not take an all-reduce grid's file
+    # (fewer processes, fewer incast senders) from the same folder
+    assert validator([2], ["allreduce"]).network_path(1e9).name == "1000Mbit-q0.2-n2.json"
+    assert two.network_path(1e9).name == "1000Mbit-q0.2-n2-3.json"
+    networks = tmp_path / "networks"
+    networks.mkdir()
+    (networks / "1000Mbit-q0.2-n2.json").write_text(json.dumps({"environment": {"processes": [2]}}))
+    assert two.network_path(1e9).name == "1000Mbit-q0.2-n2-3.json"
+    # a file from before files recorded their process counts serves the grid that made it
+    (networks / "1000Mbit-q0.2-n2.json").write_text(json.dumps({"environment": {"bandwidth_bps": 1e9}}))
+    assert two.network_path(1e9).name == "1000Mbit-q0.2-n2.json"
 
 
 @pytest.mark.testbed

@@ -233,8 +233,20 @@ class Validator:
         return sorted(counts)
 
     def network_path(self, bandwidth_bps: float) -> Path:
-        counts = "-".join(str(n) for n in self.bench_counts())
-        return self.out_dir / "networks" / f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}-n{counts}.json"
+        """The grid's network file, named by the process counts it was benchmarked with (`bench_runs`).
+
+        Grids of one set share the folder, so a PS grid must not take an all-reduce grid's file: that
+        one ran fewer processes, and its incast fewer senders than the PS cases have workers (set 17's
+        sync-PS grid took its all-reduce grid's file). A file made before files recorded their
+        process counts (`environment["processes"]`) is named by the worker counts alone and still
+        serves the grid that made it, so kept sets re-predict from what they ran with."""
+        folder, stem = self.out_dir / "networks", f"{bandwidth_bps / 1e6:g}Mbit-q{self.grid.cpu_per_node_cores:g}"
+        path = folder / f"{stem}-n{'-'.join(str(n) for n in self.bench_runs())}.json"
+        legacy = folder / f"{stem}-n{'-'.join(str(n) for n in self.bench_counts())}.json"
+        if not path.exists() and legacy.exists() and "processes" not in json.loads(legacy.read_text()).get(
+                "environment", {}):
+            return legacy
+        return path
 
     def ensure_profile(self, spec: ModelSpec, round_index: int = 0) -> Path:
         """Profile on one emulated node with the cluster's per-node CPU quota (one core's share);
@@ -276,7 +288,8 @@ class Validator:
                                    source=f"emulated cluster, tbf {format_bandwidth(bandwidth_bps)}, "
                                           f"{self.grid.cpu_per_node_cores:g} cores per node",
                                    environment={"bandwidth_bps": bandwidth_bps,
-                                                "cpu_quota_cores": self.grid.cpu_per_node_cores})
+                                                "cpu_quota_cores": self.grid.cpu_per_node_cores,
+                                                "processes": counts})
         write_json_atomic(path, network.to_json())
         return path
 
