@@ -147,8 +147,24 @@ def test_builds_and_tears_down_cleanly():
         assert f"/{prefix}-node0" in cg.stdout
         sleeper = bed.popen(1, ["sleep", "300"])
         wait_running(bed, 1, sleeper)
+        # every node runs a loss-based TCP congestion control, whatever the host's (module doc)
+        congestion = bed.run_on_node(1, ["sysctl", "-n", "net.ipv4.tcp_congestion_control"], timeout_s=10)
+        assert congestion.stdout.strip() == bed.tcp_congestion_control in ("cubic", "reno")
     assert sleeper.wait(timeout=10) == -signal.SIGKILL
     assert leftovers(prefix) == []
+
+
+def test_nodes_use_cubic_where_the_host_allows_it_else_reno(tmp_path, monkeypatch):
+    allowed = tmp_path / "tcp_allowed_congestion_control"
+    monkeypatch.setattr(tb, "ALLOWED_CONGESTION", allowed)
+    allowed.write_text("reno bbr\n")
+    assert tb.default_congestion_control() == "reno"
+    allowed.write_text("reno cubic bbr\n")
+    assert tb.default_congestion_control() == "cubic"
+    allowed.unlink()
+    assert tb.default_congestion_control() == "reno"
+    assert Testbed(2, 1e9, None).tcp_congestion_control == "reno"  # the file is gone: reno
+    assert Testbed(2, 1e9, None, tcp_congestion_control=None).tcp_congestion_control is None
 
 
 @needs_root

@@ -18,6 +18,14 @@ Why these choices (see docs/design.md "Real runs"):
   (`benchmarks/noise_sources.py` measures what it changes).
 - A process joins its cgroups *before* `ip netns exec`, because `ip netns exec` mounts a fresh
   /sys in which our cgroup path may not be visible.
+- Every node's TCP congestion control is set (`tcp_congestion_control`), not inherited from the
+  host: CUBIC, the Linux default, where the host allows it in a namespace, else Reno (always
+  there; loss-based too). Namespaces start with the host's choice, on this machine BBR, and under
+  BBR an async parameter server's bursts of pushes and pulls (each direction's ACKs queued behind
+  the other's data in the shaped egress) ran 16% slower: set 15's gpt2 replay with 4 workers at
+  950 Mbit/s gave 29.8 and 30.7 samples/s under BBR, 36.1 and 35.6 under Reno (the fine method
+  predicts 35.7 from that set's network file), while sync PS (24.3 vs 24.5) and all-reduce did not
+  move (`benchmarks/tcp_settings_async.py`). The models share links as TCP's loss-based control does.
 
 Teardown is guaranteed: on leaving the `with` block (normally or by exception), on SIGINT and
 SIGTERM, every process left in the node cgroups or namespaces is killed, then namespaces, veths,
@@ -69,6 +77,16 @@ _instance_counter = itertools.count()
 
 
 GSO_BURST_BYTES = 64 * 1024 + 8 * 1024  # a 64 KiB GSO packet with its per-frame headers, and margin
+ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def default_congestion_control() -> str:
+    """CUBIC (the Linux default) where the host lets a namespace choose it, else Reno (module doc)."""
+    try:
+        allowed = ALLOWED_CONGESTION.read_text().split()
+    except OSError:
+        allowed = []
+    return "cubic" if "cubic" in allowed else "reno"
 
 
 @dataclass(frozen=True)
@@ -332,6 +350,8 @@ class Testbed:
     pin_cpus: also give each node its own core(s) (see `pack_cpus`). cfs_period_us: the CFS
     bandwidth period (the quota is enforced per period; see the module docstring). tbf_burst_s:
     the token bucket's burst in seconds of line rate (default: `TbfParams.for_rate`'s rule).
+    tcp_congestion_control: every node's TCP congestion control (default: `default_congestion_control`;
+    None keeps the host's).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -346,6 +366,7 @@ class Testbed:
         pin_cpus: bool = False,
         cfs_period_us: int = CFS_PERIOD_US,
         tbf_burst_s: float | None = None,
+        tcp_congestion_control: str | None = "default",
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
             raise UserError(f"an emulated cluster has 1 to {MAX_NODES} nodes, got {nodes}")
@@ -374,6 +395,8 @@ class Testbed:
         self.cfs_period_us = int(cfs_period_us)
         self.cpu_sets = pack_cpus(quotas, available_cpus()) if pin_cpus else None
         self.tbf = TbfParams.for_rate(self.bandwidth_bps, tbf_burst_s)
+        self.tcp_congestion_control = (default_congestion_control() if tcp_congestion_control == "default"
+                                       else tcp_congestion_control)
         if name_prefix is None:
             letter = "abcdefghijklmnopqrstuvwxyz"[next(_instance_counter) % 26]
             name_prefix = f"{NAME_STEM}{os.getpid()}{letter}"
@@ -476,6 +499,9 @@ class Testbed:
         for node in range(self.nodes):
             ns, veth = self.netns(node), self.host_veth(node)
             _run(["ip", "netns", "add", ns])
+            if self.tcp_congestion_control is not None:
+                _run(["ip", "netns", "exec", ns, "sysctl", "-qw",
+                      f"net.ipv4.tcp_congestion_control={self.tcp_congestion_control}"])
             _run(["ip", "link", "add", veth, "type", "veth", "peer", "name", NODE_IFNAME, "netns", ns])
             _run(["ip", "link", "set", veth, "master", self.bridge])
             _run(["ip", "link", "set", veth, "up"])
@@ -587,7 +613,7 @@ class Testbed:
             })
         busy_s = after.machine_busy_s - before.machine_busy_s
         return {"wall_s": wall_s, "cfs_period_us": self.cfs_period_us, "pinned": self.cpu_sets is not None,
-                "nodes": nodes,
+                "tcp_congestion_control": self.tcp_congestion_control, "nodes": nodes,
                 "other_load_cores": None if wall_s <= 0 else max(0.0, busy_s - ours_s) / wall_s}
 
     def measure_bandwidth(self, src: int, dst: int, nbytes: int | None = None, port: int = 5201,
