@@ -243,6 +243,23 @@ def _sigma_for(target: float, senders: int) -> float:
     return (low + high) / 2
 
 
+def startup_s(points: Sequence[BenchPoint], p2p: AlphaBeta) -> float:
+    """The p2p startup cost as the median over the three smallest ping-pong sizes of each size's
+    median time less beta x size: what decides which incast sizes are bandwidth-bound. The fit's
+    alpha comes from the smallest size alone, and one slow spell there (held-out set 18's file: 1 kB
+    took 3.96 ms, 3.4 kB and 11 kB 0.07 and 0.06 ms; set 14's: 1.8 ms) left every incast size below
+    the crossover, so no link sharing was fitted and the fine method ran async workers in lock step
+    (set 18: -37% and -38% with 4 workers)."""
+    by_size: dict[int, list[float]] = {}
+    for point in points:
+        if point.op == "p2p":
+            by_size.setdefault(point.bytes, []).append(point.median_s)
+    if not by_size:
+        return p2p.alpha_s
+    residuals = [statistics.median(times) - p2p.beta_s_per_byte * size for size, times in sorted(by_size.items())[:3]]
+    return max(0.0, statistics.median(residuals))
+
+
 def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing | None:
     """Fit `Sharing` from the incast points that recorded each sender's completion (None: none did).
 
@@ -253,7 +270,7 @@ def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing
     still shrinks with the message (benchmarks/results/sharing/README.md: 4 senders at 800 Mbit/s,
     sigma 0.27 from 1-4 MB, 0.15 from 8-16 MB, pooled over 4 runs), so `bytes` says what a fit stands for.
     """
-    min_bytes = max(SHARING_MIN_BYTES, SHARING_CROSSOVER_FACTOR * p2p.alpha_s / p2p.beta_s_per_byte)
+    min_bytes = max(SHARING_MIN_BYTES, SHARING_CROSSOVER_FACTOR * startup_s(points, p2p) / p2p.beta_s_per_byte)
     ratios: dict[int, list[float]] = {}
     sizes: set[int] = set()
     for point in points:
