@@ -14,7 +14,7 @@ import pytest
 from sgdscale.cli import main
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.network import (SHARING_MIN_BYTES, AlphaBeta, BenchPoint, Network, Sharing, fit_share_weight_sigma,
-                                   sharing_from_points)
+                                   sharing_from_points, startup_s)
 from sgdscale.comm.sharing import first_over_last
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.runtime import netbench as nb
@@ -83,6 +83,24 @@ def test_sharing_uses_only_bandwidth_bound_messages_and_several_senders():
     slow = AlphaBeta(alpha_s=10e-3, beta_s_per_byte=1e-8)
     assert sharing_from_points(points, slow) is None
     assert sharing_from_points([p for p in points if p.bytes < SHARING_MIN_BYTES], P2P) is None
+
+
+def test_one_slow_small_ping_pong_does_not_hide_link_sharing():
+    """The crossover takes the startup as the median over the three smallest ping-pong sizes: set
+    18's 1 kB ping-pong took 3.96 ms (3.4 kB and 11 kB: 0.07 and 0.06 ms), its fit's alpha came from
+    that one size, and no sharing was fitted (fine's async workers then ran in lock step)."""
+    points = [incast_point(4_000_000, 4, [0.8, 0.85, 0.9]), incast_point(2_000_000, 2, [0.9, 0.95])]
+
+    def ping(nbytes, seconds):
+        return BenchPoint(op="p2p", workers=2, bytes=nbytes, samples_s=[seconds], median_s=seconds)
+
+    slow_alpha = AlphaBeta(alpha_s=3.96e-3, beta_s_per_byte=P2P.beta_s_per_byte)
+    one_slow = [ping(1000, 3.96e-3), ping(3352, 7e-5), ping(11248, 6e-5)]
+    assert startup_s(one_slow, slow_alpha) == pytest.approx(7e-5 - 3352 * P2P.beta_s_per_byte)
+    assert sharing_from_points(points + one_slow, slow_alpha) == sharing_from_points(points, P2P) is not None
+    # slow at every small size: a real startup cost, and the incast sizes are not bandwidth-bound
+    all_slow = [ping(1000, 3.96e-3), ping(3352, 3.9e-3), ping(11248, 4e-3)]
+    assert sharing_from_points(points + all_slow, slow_alpha) is None
 
 
 def test_rank_results_carry_each_senders_completion_into_the_fit():

@@ -14,7 +14,10 @@ cannot leave before the worker's backward ends; and the coarse sync PS entries o
 (`sgdscale.coarse.heuristics.sync_pull_tail_s`, since replaced), and again (`mlp-pssync` 1, 2, 4 workers:
 57.2 -> 57.5, 69.7 -> 66.7, 70.6 -> 67.4; `cnn-pssync-net` 2 and 4 workers: 1562 -> 1558, 2856 -> 2524;
 `cnn-pssync-slow` 3 workers: 1178 -> 1108) when its replies followed the order in which the shard
-applies messages (`sgdscale.coarse.heuristics.sync_pull_end_s`); and the coarse all-reduce entries of `mlp-mgwfbp`
+applies messages (`sgdscale.coarse.heuristics.sync_pull_end_s`), and again (`mlp-pssync` 2 and 4 workers:
+66.7 -> 67.6, 67.4 -> 67.8; `cnn-pssync-net` 4 workers: 2523.6 -> 2523.7) when the early workers ran a lead
+ahead into the next step where the shard's NIC binds (`sgdscale.coarse.heuristics.sync_ps_end_s`); and the
+coarse all-reduce entries of `mlp-mgwfbp`
 (2 and 8 workers: 217.0 -> 212.9, 513.3 -> 508.4; fine 212.9, 508.4) and `cnn-slowlink` (4 workers:
 2263 -> 2023; fine 2008) when it took every term of the WFBP recurrence. Every other entry is still
 the pre-topology recording. DDP's bucket copies (`sgdscale.bucket_copies`) came after the

@@ -264,7 +264,7 @@ def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing
     """Fit `Sharing` from the incast points that recorded each sender's completion (None: none did).
 
     Only bandwidth-bound messages count: at least SHARING_MIN_BYTES and SHARING_CROSSOVER_FACTOR
-    times the p2p crossover alpha/beta. In smaller ones the startup cost (alpha, and rank 0 noticing
+    times the p2p crossover startup/beta (`startup_s`). In smaller ones the startup cost (alpha, and rank 0 noticing
     a completion) is more than 1/20 of the time and spreads the completions for reasons that are not
     link sharing, while the simulator's weights only act on bytes on the wire. Above that the spread
     still shrinks with the message (benchmarks/results/sharing/README.md: 4 senders at 800 Mbit/s,
