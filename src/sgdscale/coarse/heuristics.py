@@ -177,7 +177,7 @@ def reply_order_s(pushed_s: float, updated_s: Sequence[float], pull_s: Sequence[
 
 def sync_ps_end_s(ready_s: Sequence[float], push_s: Sequence[float], update_s: Sequence[float],
                   pull_s: Sequence[float], late: float, own_pull_s: float = 0.0, rounds: int = 12,
-                  lead: bool = True) -> float:
+                  with_lead: bool = True) -> float:
     """When a sync PS step's last reply has left the busiest server NIC, in the steady state of two
     classes of workers (module doc, "Sync PS pull tail"): the early ones (share 1 - `late`) got their
     parameters `lead` seconds before the late ones and ran that much of their next forward and
@@ -188,10 +188,10 @@ def sync_ps_end_s(ready_s: Sequence[float], push_s: Sequence[float], update_s: S
     replies leave as `sync_pull_end_s` orders them. `lead` is the time from the early copies' last
     reply to the end, found by fixed-point iteration from 0 (the one-class form: one step, no
     overlap across steps), which left coarse 4-13% slower than fine where the largest gradient is
-    ready last (gpt2's and bert's embeddings). Without `lead` (a worker's own link binds, not the
+    ready last (gpt2's and bert's embeddings). Without `with_lead` (a worker's own link binds, not the
     shard's: that worker is the late one and sets the step) it is the one-step form."""
     early = 1.0 - late
-    rounds = rounds if lead else 1
+    rounds = rounds if with_lead else 1
     lead, end = 0.0, 0.0
     for _ in range(rounds):
         copies = sorted([(max(0.0, r - lead), g, 0, early * p) for g, (r, p) in enumerate(zip(ready_s, push_s))]

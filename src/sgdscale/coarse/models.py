@@ -196,7 +196,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         server_binds = float(shard_nic_s.max(initial=0.0)) >= max(worker_nic_s, intra_s)
         end = hz.sync_ps_end_s(ready, hz.split_by_bytes(transfer, sizes), hz.split_by_bytes(update, sizes),
                                server_pull, hz.late_share(n, costs.shards), max(worker_nic_s, intra_s),
-                               lead=server_binds)
+                               with_lead=server_binds)
         extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
