@@ -135,6 +135,7 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     assert 80e6 <= p2p_bps <= 105e6, p2p_bps
     assert 70e6 <= allreduce_bps <= 105e6, allreduce_bps
     assert net.environment["mode"] == "emulated" and net.environment["bandwidth_bps"] == 100e6
+    assert net.environment["tcp_congestion_control"] in ("cubic", "reno")  # loss-based, whatever the host's
     # incast (default op): each sender's completion per repeat, and the sharing fit from the 2 MB, 2-sender one
     incast = {(p.workers, p.bytes): p for p in net.points if p.op == "incast"}
     assert {w for w, _ in incast} == {2, 3}

@@ -289,7 +289,8 @@ class Validator:
                                           f"{self.grid.cpu_per_node_cores:g} cores per node",
                                    environment={"bandwidth_bps": bandwidth_bps,
                                                 "cpu_quota_cores": self.grid.cpu_per_node_cores,
-                                                "processes": counts})
+                                                "processes": counts,
+                                                "tcp_congestion_control": testbed.tcp_congestion_control})
         write_json_atomic(path, network.to_json())
         return path
 

@@ -263,6 +263,7 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
             progress.update(task, description=f"netbench on {nodes} emulated nodes at {format_bandwidth(rate)}")
             with Testbed(nodes, rate, quotas, pin_cpus=pin_cpus) as bed:
                 environment["tbf"] = {"burst_bytes": bed.tbf.burst_bytes, "limit_bytes": bed.tbf.limit_bytes}
+                environment["tcp_congestion_control"] = bed.tcp_congestion_control
                 source = (f"netbench on an emulated cluster: {nodes} nodes, {format_bandwidth(rate)} tbf links, "
                           f"{', '.join(f'{q:g}' for q in quotas)} cores")
                 network = nb.run_netbench(counts, config, placement=bed, bandwidth_hint_bps=rate,
