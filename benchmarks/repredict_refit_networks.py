@@ -39,8 +39,7 @@ HERE = Path(__file__).resolve().parent
 def refitted(path: str):
     """The network file at `path` with every fit remade from its raw points."""
     kept = network_module.load_network(path)
-    fresh = fit_network(kept.points, kept.source, kept.environment, kept.interference)
-    return fresh
+    return fit_network(kept.points, kept.source, kept.environment, kept.interference)
 
 
 def main(argv: list[str]) -> int:
