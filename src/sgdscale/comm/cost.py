@@ -16,6 +16,7 @@ import numpy as np
 
 from sgdscale.comm.interference import Interference
 from sgdscale.comm.network import AlphaBeta, Network
+from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
 
 ALGORITHMS = ("ring", "tree", "halving-doubling")
 
@@ -47,6 +48,10 @@ class CommModel:
     # burst's weight in weighted max-min sharing, fitted to measured incast completion spread
     # (sgdscale.comm.network.Sharing; 0: equal sharing).
     share_weight_sigma: float = 0.0
+    # Weight of a flow that starts while another flow's burst already moves on its link, relative to
+    # it (sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT; 1: no priority). Measured networks only: a
+    # nominal link says nothing of the transport, and keeps equal sharing.
+    newcomer_share_weight: float = 1.0
     # Measured wall seconds per byte of copying a gradient on a worker (DDP's bucket copies,
     # sgdscale.bucket_copies; None: not measured, the profile's own memory rate stands in).
     copy_s_per_byte: float | None = None
@@ -70,7 +75,7 @@ class CommModel:
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
         copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
-                   Interference.from_network(network), server_cpu, sigma, copy)
+                   Interference.from_network(network), server_cpu, sigma, NEWCOMER_SHARE_WEIGHT, copy)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

@@ -34,17 +34,25 @@ class LinkNetwork:
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
                  kinds: NetKinds = PUSH_KINDS, weight_sigma: float = 0.0, seed: int = 0,
-                 key_offset: int = 0) -> None:
+                 key_offset: int = 0, newcomer_weight: float = 1.0) -> None:
         if any(not c > 0 for c in capacities_Bps):
             raise ValueError("link capacities must be positive")
         if not weight_sigma >= 0.0:
             raise ValueError("weight_sigma must be >= 0")
+        if not 0.0 < newcomer_weight <= 1.0:
+            raise ValueError("newcomer_weight must be in (0, 1]")
         # Unequal sharing (TCP flows into one link do not finish together): a connection's messages
         # of one tag (the parameter-server simulation tags them with their step) are one burst with
         # one weight exp(sigma * z), z standard normal; links are shared weighted max-min.
         # sigma = 0: equal sharing.
+        # Incumbents first (`newcomer_weight` < 1, `sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`): a
+        # message that starts moving while either of its links already carries another connection
+        # has its weight multiplied by newcomer_weight, so the flow already moving keeps most of the
+        # link, as TCP flows through a deep FIFO queue do.
         self.weight_sigma = float(weight_sigma)
-        self.weighted = weight_sigma > 0.0
+        self.newcomer_weight = float(newcomer_weight)
+        self.ranked = newcomer_weight < 1.0
+        self.weighted = weight_sigma > 0.0 or self.ranked
         self.seed = int(seed)
         self.key_offset = int(key_offset)  # connection c draws as connection key_offset + c
         self.queue = queue
@@ -118,11 +126,14 @@ class LinkNetwork:
             ver = self.c_ver[conn] + 1
             self.c_ver[conn] = ver
             self.active[conn] = None
-            if self.weighted:
-                self.c_w[conn] = self.burst_weight(conn, tag)
-                self.c_tag[conn] = tag
             up, down = self.c_up[conn], self.c_down[conn]
             l_n = self.l_n
+            if self.weighted:
+                weight = self.burst_weight(conn, tag)
+                if self.ranked and (l_n[up] or l_n[down]):
+                    weight *= self.newcomer_weight  # the link is busy: the incumbents go first
+                self.c_w[conn] = weight
+                self.c_tag[conn] = tag
             if l_n[up] == 0 and l_n[down] == 0:
                 # Alone on both links: it takes the smaller capacity and nobody else changes.
                 rate = min(self.cap[up], self.cap[down])

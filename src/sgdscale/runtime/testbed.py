@@ -114,15 +114,16 @@ class TbfParams:
     limit_bytes: int
 
     @classmethod
-    def for_rate(cls, rate_bps: float, burst_s: float | None = None) -> TbfParams:
+    def for_rate(cls, rate_bps: float, burst_s: float | None = None, limit_s: float | None = None) -> TbfParams:
         """The settings above; `burst_s` sets the burst instead (seconds of line rate, at least two
-        frames; no GSO floor, so benchmarks/tbf_cpu.py can measure what the floor is for)."""
+        frames; no GSO floor, so benchmarks/tbf_cpu.py can measure what the floor is for);
+        `limit_s` the queue instead of 50 ms (benchmarks/tcp_queue_async.py)."""
         bytes_per_s = rate_bps / 8
         if burst_s is None:
             burst = max(GSO_BURST_BYTES, int(bytes_per_s * (0.25e-3 if rate_bps <= 500e6 else 1e-3)))
         else:
             burst = max(2 * 1514, int(bytes_per_s * burst_s))
-        limit = max(256 * 1024, int(bytes_per_s * 0.05)) + burst
+        limit = max(256 * 1024, int(bytes_per_s * (0.05 if limit_s is None else limit_s))) + burst
         return cls(rate_bps=rate_bps, burst_bytes=burst, limit_bytes=limit)
 
     def tc_args(self) -> list[str]:
@@ -349,8 +350,8 @@ class Testbed:
     no quota. The node cgroups together must not promise more cores than the machine has.
     pin_cpus: also give each node its own core(s) (see `pack_cpus`). cfs_period_us: the CFS
     bandwidth period (the quota is enforced per period; see the module docstring). tbf_burst_s:
-    the token bucket's burst in seconds of line rate (default: `TbfParams.for_rate`'s rule).
-    tcp_congestion_control: every node's TCP congestion control (default: `default_congestion_control`;
+    the token bucket's burst in seconds of line rate, tbf_limit_s its queue (default: `TbfParams.for_rate`'s
+    rules). tcp_congestion_control: every node's TCP congestion control (default: `default_congestion_control`;
     None keeps the host's).
     """
 
@@ -366,6 +367,7 @@ class Testbed:
         pin_cpus: bool = False,
         cfs_period_us: int = CFS_PERIOD_US,
         tbf_burst_s: float | None = None,
+        tbf_limit_s: float | None = None,
         tcp_congestion_control: str | None = "default",
     ) -> None:
         if not 1 <= nodes <= MAX_NODES:
@@ -394,7 +396,7 @@ class Testbed:
         self.cpu_quotas = quotas
         self.cfs_period_us = int(cfs_period_us)
         self.cpu_sets = pack_cpus(quotas, available_cpus()) if pin_cpus else None
-        self.tbf = TbfParams.for_rate(self.bandwidth_bps, tbf_burst_s)
+        self.tbf = TbfParams.for_rate(self.bandwidth_bps, tbf_burst_s, tbf_limit_s)
         self.tcp_congestion_control = (default_congestion_control() if tcp_congestion_control == "default"
                                        else tcp_congestion_control)
         if name_prefix is None:
