@@ -105,17 +105,17 @@ def test_one_worker_sync_and_async_agree(kind):
     np.testing.assert_allclose(out["ps-sync"].iteration_s, out["ps-async"].iteration_s, rtol=1e-12)
 
 
-@pytest.mark.parametrize("sigma", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("sigma,newcomer", [(0.0, 1.0), (0.3, 1.0), (1.0, 1.0), (0.0, 0.1), (0.3, 0.1)])
 @pytest.mark.parametrize("variability", [False, True])
 @pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
-def test_ps_sync_fast_loop_equals_explicit_dag(sigma, variability, shards, grouping):
+def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, variability, shards, grouping):
     """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op,
-    with equal and with unequal (weighted) link sharing."""
+    with equal and with unequal (weighted) link sharing, and with incumbents first."""
     profile = make_profile(layers=5, samples=4, seed=3)
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
     strategy = Strategy(kind="ps-sync", grouping=grouping, bucket_bytes=500_000, first_bucket_bytes=100_000)
-    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma, newcomer_share_weight=newcomer)
     steps = 6
     sampler = ComputeSampler(profile, cluster, seed=11, variability=variability)
     rows = np.array([sampler.draw_rows() for _ in range(steps)]).reshape(steps, cluster.workers)
@@ -243,12 +243,12 @@ def test_pulls_wait_for_the_workers_last_push_to_that_shard():
 
 @HYPOTHESIS
 @given(workers=st.integers(1, 24), shards=st.integers(1, 3), bw=st.floats(1e8, 1e10), server_bw=st.floats(1e8, 1e10),
-       optimizer_s=st.floats(0.0, 0.05))
-def test_ps_async_never_beats_the_bottleneck_bound(workers, shards, bw, server_bw, optimizer_s):
+       optimizer_s=st.floats(0.0, 0.05), newcomer=st.sampled_from([1.0, 0.1]))
+def test_ps_async_never_beats_the_bottleneck_bound(workers, shards, bw, server_bw, optimizer_s, newcomer):
     profile = make_profile(layers=6, optimizer_s=optimizer_s)
     cluster = Cluster(workers, bandwidth_bps=bw, latency_s=2e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     strategy = Strategy(kind="ps-async", grouping="per-tensor")
-    comm = comm_for(cluster)
+    comm = dataclasses.replace(comm_for(cluster), newcomer_share_weight=newcomer)
     out = simulate_des(profile, cluster, strategy, comm, iterations=30, warmup=5, variability=False)
     plan = ps_plan(profile, cluster, strategy, comm)
     worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)

@@ -46,9 +46,10 @@ class LinkNetwork:
         # one weight exp(sigma * z), z standard normal; links are shared weighted max-min.
         # sigma = 0: equal sharing.
         # Incumbents first (`newcomer_weight` < 1, `sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`): a
-        # message that starts moving while either of its links already carries another connection
-        # has its weight multiplied by newcomer_weight, so the flow already moving keeps most of the
-        # link, as TCP flows through a deep FIFO queue do.
+        # message that starts moving on a link that has been busy since before now has its weight
+        # multiplied by newcomer_weight, so the flows already moving keep most of the link, as TCP
+        # flows through a deep FIFO queue do. Messages that start together share as before,
+        # whatever order the simulation starts them in.
         self.weight_sigma = float(weight_sigma)
         self.newcomer_weight = float(newcomer_weight)
         self.ranked = newcomer_weight < 1.0
@@ -65,6 +66,7 @@ class LinkNetwork:
         self.l_rate = [0.0] * nl
         self.l_bytes = [0.0] * nl
         self.l_last = [0.0] * nl
+        self.l_since = [0.0] * nl  # when the link last went from idle to busy (incumbents first)
         # Per connection.
         self.c_up: list[int] = []
         self.c_down: list[int] = []
@@ -130,8 +132,14 @@ class LinkNetwork:
             l_n = self.l_n
             if self.weighted:
                 weight = self.burst_weight(conn, tag)
-                if self.ranked and (l_n[up] or l_n[down]):
-                    weight *= self.newcomer_weight  # the link is busy: the incumbents go first
+                if self.ranked:
+                    l_since = self.l_since
+                    if (l_n[up] and l_since[up] < now) or (l_n[down] and l_since[down] < now):
+                        weight *= self.newcomer_weight  # the link was busy before: incumbents go first
+                    if l_n[up] == 0:
+                        l_since[up] = now
+                    if l_n[down] == 0:
+                        l_since[down] = now
                 self.c_w[conn] = weight
                 self.c_tag[conn] = tag
             if l_n[up] == 0 and l_n[down] == 0:
