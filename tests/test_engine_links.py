@@ -144,17 +144,19 @@ from sgdscale.fine.hubs import StarNetwork  # noqa: E402
     msgs=st.lists(st.tuples(st.integers(0, 5), st.floats(0.0, 60.0), st.floats(0.0, 8.0)), min_size=1, max_size=25),
     sigma=st.sampled_from([0.0, 0.13, 0.6]),
     seed=st.integers(0, 2**31),
+    newcomer=st.sampled_from([1.0, 0.1]),
 )
-def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed):
+def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed, newcomer):
     """The virtual-time star model gives the same deliveries as progressive filling, with equal
-    sharing and with per-burst weights (generalized processor sharing at the hub)."""
+    sharing, with per-burst weights (generalized processor sharing at the hub) and with the flows
+    already moving first."""
     caps = [private] * senders + [shared]
     # fan-in: private uplinks into one shared downlink (pushes); fan-out: the reverse (pulls).
     pairs = [(i, senders) if fan_in else (senders, i) for i in range(senders)]
     assert StarNetwork.applies(caps, pairs)
     results = []
     for cls in (LinkNetwork, StarNetwork):
-        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed)
+        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer)
         conns = [net.add_connection(*pair) for pair in pairs]
         last = [0.0] * senders
         for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
@@ -195,8 +197,9 @@ from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402
                   min_size=1, max_size=30),
     sigma=st.sampled_from([0.0, 0.13, 0.6]),
     seed=st.integers(0, 2**31),
+    newcomer=st.sampled_from([1.0, 0.1]),
 )
-def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs, sigma, seed):
+def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs, sigma, seed, newcomer):
     """Several server NICs (hubs), each worker NIC (edge) with one connection per hub, hubs faster
     or slower than edges, equal or weighted sharing: the hybrid star/general network switches
     modes but delivers exactly what progressive filling does."""
@@ -206,7 +209,7 @@ def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub,
     results = []
     for cls in (LinkNetwork, HybridNetwork):
         extra = {} if cls is LinkNetwork else {"shared": hub_links}
-        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, **extra)
+        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer, **extra)
         conns = [net.add_connection(*pair) for pair in pairs]
         last = [0.0] * len(conns)
         for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):

@@ -332,17 +332,18 @@ def test_measured_network_bandwidth_scales_every_nic():
     assert nic_capacities_Bps(cluster, CommModel.from_link(10e9, 1e-5))[0][0] == 10e9 / 8
 
 
-@pytest.mark.parametrize("sigma", [0.0, 0.13])
+@pytest.mark.parametrize("sigma,newcomer", [(0.0, 1.0), (0.13, 1.0), (0.13, 0.1)])
 @pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
 @pytest.mark.parametrize("workers,shards,server_bw", [(12, 1, 1e9), (12, 2, 1e9), (12, 3, 2e9), (3, 2, 1e10),
                                                      (6, 2, 1e8)])
-def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma):
+def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma, newcomer):
     """The virtual-time star shortcut (with its fallback) changes nothing but speed, with equal or
-    weighted sharing (CommModel.share_weight_sigma)."""
+    weighted sharing (CommModel.share_weight_sigma) and with the flows already moving first
+    (CommModel.newcomer_share_weight)."""
     profile = make_profile(layers=8, samples=4, optimizer_s=0.002)
     cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     strategy = Strategy(kind=kind, grouping="per-tensor")
-    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma, newcomer_share_weight=newcomer)
     plan = ps_plan(profile, cluster, strategy, comm)
     ends = []
     for star in (True, False):
@@ -350,6 +351,6 @@ def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, 
         rows = np.array([sampler.draw_rows() for _ in range(12)]).reshape(12, workers)
         sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
         # Weighted sharing keeps the shortcut, except on server NICs faster than the workers'.
-        assert (type(sim.push_net) is StarNetwork) == (star and (sigma == 0.0 or server_bw <= 1e9))
+        assert (type(sim.push_net) is StarNetwork) == (star and ((sigma == 0.0 and newcomer == 1.0) or server_bw <= 1e9))
         ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)

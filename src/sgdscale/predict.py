@@ -146,6 +146,7 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "measured_allreduce_workers": sorted(comm.measured_allreduce),
             "server_cpu_s_per_byte": comm.server_cpu_s_per_byte,
             "share_weight_sigma": comm.share_weight_sigma,
+            "newcomer_share_weight": comm.newcomer_share_weight,
             "interference": (None if getattr(comm, "interference", None) is None else
                              {"compute_slowdown": comm.interference.compute_slowdown,
                               "comm_slowdown": comm.interference.comm_slowdown}),

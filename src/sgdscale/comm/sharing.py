@@ -20,15 +20,15 @@ from functools import lru_cache
 import numpy as np
 
 # Incumbents first (`sgdscale.fine.links.LinkNetwork`, `newcomer_weight`): a flow that starts on a link
-# already moving another flow's burst gets this weight relative to it (per earlier burst; flows
-# started within NEWCOMER_GRACE_S of each other share as above). Measured on the emulated cluster
-# (Reno, tbf queue of 50 ms of line rate; `benchmarks/results/async_stagger/`): two async workers'
-# pushes into one shard overlapped 30 ms of their 246 ms, each near line rate, where shared links
-# would have slowed both; the fine method then ran them in partial lock step and predicted held-out
-# set 19's async replays 20-36% too slow. Any weight from 0.02 to 0.3 gave the same 2-worker answers
-# (benchmarks/newcomer_weight.py); 0.1 was chosen on sets 18 and 19 and first tested on set 20.
+# busy since before it starts gets this weight relative to the flows already moving (flows
+# that start at the same instant share as above). Used where a network file measured link sharing
+# (`CommModel.from_network`, sigma > 0). Measured on the emulated cluster (Reno, tbf queue of 50 ms
+# of line rate; `benchmarks/async_stagger.py`): two async workers' pushes into one shard overlapped
+# 9-10% of their span, each at 1.13x its bytes' line time, where equal sharing would have slowed
+# both; the fine method then ran them in partial lock step and predicted held-out set 19's async
+# replays 20-36% too slow. Any weight from 0.02 to 0.3 gave the same 2-worker answers
+# (`benchmarks/newcomer_weight.py`); 0.1 was chosen on sets 18 and 19 and first tested on set 20.
 NEWCOMER_SHARE_WEIGHT = 0.1
-NEWCOMER_GRACE_S = 1e-3
 
 DRAWS = 20_000  # Monte Carlo draws: the fraction to about 1e-3, deterministic (fixed seed)
 

@@ -61,9 +61,9 @@ class StarNetwork(LinkNetwork):
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
                  kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None,
-                 weight_sigma: float = 0.0, seed: int = 0, key_offset: int = 0) -> None:
+                 weight_sigma: float = 0.0, seed: int = 0, key_offset: int = 0, newcomer_weight: float = 1.0) -> None:
         super().__init__(queue, capacities_Bps, alpha_s, kinds, weight_sigma=weight_sigma, seed=seed,
-                         key_offset=key_offset)
+                         key_offset=key_offset, newcomer_weight=newcomer_weight)
         self.hub_set = set(shared) if shared is not None else None
         nl = len(self.cap)
         # Per hub: active connections, rate per unit weight (dV/dt), virtual clock and its time,
@@ -83,6 +83,7 @@ class StarNetwork(LinkNetwork):
         self.c_fin: list[float] = []
         self.c_head_bytes: list[float] = []
         self.edge_active: list[list[int]] = [[] for _ in range(nl)]
+        self.e_k = [0] * nl  # incumbents first: active connections per edge link in star mode
         self.star = False
         self.star_possible = False
         self.check = False  # an edge may go over capacity: check it on every rate rise
@@ -214,8 +215,12 @@ class StarNetwork(LinkNetwork):
             self.s_k[h] = 0
             self.s_w[h] = 0.0
             self.s_heap[h] = []
+        e_k = self.e_k
+        for i in range(len(e_k)):
+            e_k[i] = 0
         for c in self.active:
             h = self.c_hub[c]
+            e_k[self.c_edge[c]] += 1
             rem = self.c_rem[c] - self.c_rate[c] * (now - self.c_t[c])
             rem = rem if rem > 0.0 else 0.0
             w = self.c_w[c]
@@ -250,7 +255,17 @@ class StarNetwork(LinkNetwork):
         h = self.c_hub[conn]
         self._advance(h, now)
         if self.weighted:
-            w = self.c_w[conn] = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
+            w = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
+            if self.ranked:  # LinkNetwork's rule, the hub's and edge's counts kept here
+                edge, l_since, e_k = self.c_edge[conn], self.l_since, self.e_k
+                if (self.s_k[h] and l_since[h] < now) or (e_k[edge] and l_since[edge] < now):
+                    w *= self.newcomer_weight
+                if self.s_k[h] == 0:
+                    l_since[h] = now
+                if e_k[edge] == 0:
+                    l_since[edge] = now
+                e_k[edge] += 1
+            self.c_w[conn] = w
             self.c_tag[conn] = tag
             self.s_w[h] += w
             fin = self.s_v[h] + nbytes / w
@@ -274,6 +289,7 @@ class StarNetwork(LinkNetwork):
         (benchmarks/predict_speed.py). Set as the instance's `on_done` in `__init__`."""
         s_ver, s_rate, s_vt, s_v, s_k, s_heap = self.s_ver, self.s_rate, self.s_vt, self.s_v, self.s_k, self.s_heap
         s_w, c_w, c_tag, weighted = self.s_w, self.c_w, self.c_tag, self.weighted
+        ranked, e_k, c_edge = self.ranked, self.e_k, self.c_edge
         c_queue, c_sent, c_start, c_fin, c_head_bytes = self.c_queue, self.c_sent, self.c_start, self.c_fin, \
             self.c_head_bytes
         gheap, gseq, seq2 = self.queue.heap, self.queue.seq, self._seq2
@@ -331,6 +347,8 @@ class StarNetwork(LinkNetwork):
             del active[conn]
             s_k[hub] -= 1
             s_w[hub] -= c_w[conn]
+            if ranked:
+                e_k[c_edge[conn]] -= 1
             check = self.check
             if check:
                 self.edge_active[self.c_edge[conn]].remove(conn)

@@ -166,13 +166,12 @@ class PsRun:
         # NICs shared by several devices or colocated servers are not stars: general network.
         sigma = topology.nic.share_weight_sigma
         newcomer = topology.nic.newcomer_share_weight
-        # Incumbents first re-weighs every flow whenever one starts or ends: no virtual clock for it.
-        star = star and not links.shared_nics and newcomer == 1.0
+        star = star and not links.shared_nics
 
         def network(caps, pairs, kinds, hubs, key_offset):
-            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0):
+            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
-                                  key_offset=key_offset)
+                                  key_offset=key_offset, newcomer_weight=newcomer)
             else:
                 net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset,
                                   newcomer_weight=newcomer)
