@@ -13,8 +13,9 @@ the flows already moving first (`sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`).
     .venv/bin/python benchmarks/async_stagger.py [--workers 2,3] [--rounds 2]
         [--profile benchmarks/results/accuracy-heldout19/profiles/replay-resnet18-b16.json]
         [--network benchmarks/results/accuracy-heldout19/networks/1800Mbit-q0.44-n2-3-4.json]
-        [--bandwidth-mbit 1800] [--quota 0.44]
-Raw output: benchmarks/results/async_stagger/README.md and the traces (*.trace.json.gz).
+        [--bandwidth-mbit 1800] [--quota 0.44] [--tag NAME]
+Raw output: benchmarks/results/async_stagger/README.md and the traces (*.trace.json.gz); with --tag,
+benchmarks/results/async_stagger/NAME/.
 """
 
 from __future__ import annotations
@@ -94,8 +95,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--network", default=str(SET19 / "networks" / "1800Mbit-q0.44-n2-3-4.json"))
     parser.add_argument("--bandwidth-mbit", type=float, default=1800)
     parser.add_argument("--quota", type=float, default=0.44)
+    parser.add_argument("--tag", default=None, help="write to results/async_stagger/TAG/")
     args = parser.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out = OUT / args.tag if args.tag else OUT
+    out.mkdir(parents=True, exist_ok=True)
     line_Bps = args.bandwidth_mbit * 1e6 / 8
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,7 +112,7 @@ def main(argv: list[str]) -> int:
                                 "-o", str(out_path), "--trace", str(trace_path)], check=True, capture_output=True)
                 throughput = json.loads(out_path.read_text())["throughput"]
                 trace = json.loads(trace_path.read_text())
-                with open(trace_path, "rb") as raw, gzip.open(OUT / f"{stem}.trace.json.gz", "wb") as packed:
+                with open(trace_path, "rb") as raw, gzip.open(out / f"{stem}.trace.json.gz", "wb") as packed:
                     shutil.copyfileobj(raw, packed)
                 windows = push_windows(trace)
                 overlap = overlap_fraction(windows)
@@ -134,7 +137,7 @@ def main(argv: list[str]) -> int:
                      f"{fine[(workers, 1.0)]:.1f} | {fine[(workers, NEWCOMER_SHARE_WEIGHT)]:.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    (OUT / "README.md").write_text(text)
+    (out / "README.md").write_text(text)
     return 0
 
 
