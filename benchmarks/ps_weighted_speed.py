@@ -16,6 +16,9 @@ that both trees predict the same.
 Writes benchmarks/results/ps_weighted_speed.json (raw) and ps_weighted_speed.md (table);
 `--server-gbps 40` (server NICs faster than the workers' 10 Gbit/s, where weighted star mode must
 leave for the general network while few connections share a hub) writes ps_weighted_speed_server40.*.
+`--newcomer 0.1` instead compares this tree with itself: sigma 0.13 with equal sharing among started
+flows (before) and with the flows already moving first (after, `CommModel.newcomer_share_weight`, as
+network files with link sharing measured now give), and writes ps_weighted_speed_newcomer.*.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ def child(case: dict) -> dict:
 
     profile = load_profile("resnet50")
     comm = dataclasses.replace(CommModel.from_link(10e9, 20e-6), share_weight_sigma=case["sigma"])
+    if "newcomer" in case:
+        comm = dataclasses.replace(comm, newcomer_share_weight=case["newcomer"])
     began, began_cpu = time.perf_counter(), time.process_time()
     cluster = Cluster(case["workers"], ps_count=case["servers"], ps_bandwidth_bps=case.get("server_bps"))
     outcome = simulate(profile, cluster,
@@ -71,22 +76,30 @@ def run_child(src: Path, case: dict) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before-src", type=Path, required=True, help="src/ of the tree to compare with")
+    parser.add_argument("--before-src", type=Path, help="src/ of the tree to compare with")
     parser.add_argument("--server-gbps", type=float, help="server NIC bandwidth (default: the workers' 10)")
+    parser.add_argument("--newcomer", type=float, help="compare this tree with itself, this newcomer weight after")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if (args.before_src is None) == (args.newcomer is None):
+        parser.error("give --before-src or --newcomer")
     server_bps = args.server_gbps * 1e9 if args.server_gbps else None
     out_name = f"ps_weighted_speed_server{args.server_gbps:g}" if args.server_gbps else "ps_weighted_speed"
-    trees = {"before": args.before_src.resolve(), "after": SRC}
+    trees = {"before": SRC if args.before_src is None else args.before_src.resolve(), "after": SRC}
+    newcomer = {} if args.newcomer is None else {"before": 1.0, "after": args.newcomer}
+    sigmas = SIGMAS if args.newcomer is None else (0.13,)
+    out_name = "ps_weighted_speed_newcomer" if args.newcomer is not None else out_name
     rows = []
     for kind, servers in KINDS:
         for workers in WORKERS:
-            for sigma in SIGMAS:
+            for sigma in sigmas:
                 runs: dict[str, list[dict]] = {name: [] for name in trees}
                 for seed in range(REPEATS):
                     for name, src in trees.items():
                         case = {"kind": kind, "servers": servers, "workers": workers, "sigma": sigma, "seed": seed,
                                 "server_bps": server_bps}
+                        if newcomer:
+                            case["newcomer"] = newcomer[name]
                         runs[name].append(run_child(src, case))
                 row = {"kind": kind, "servers": servers, "workers": workers, "sigma": sigma,
                        "iterations": ITERATIONS, "warmup": WARMUP, "runs": runs}
@@ -96,6 +109,7 @@ def main() -> int:
                       flush=True)
     environment = {"python": sys.version.split()[0], "platform": platform.platform(), "cpu_count": os.cpu_count(),
                    "trees": {label: str(src) for label, src in trees.items()}, "repeats": REPEATS,
+                   "newcomer_weight": newcomer or None,
                    "worker_bps": 10e9, "server_bps": server_bps or 10e9,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_average_at_end": list(os.getloadavg())}
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -109,7 +123,10 @@ def markdown(rows: list[dict], environment: dict) -> str:
     def spread(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
 
-    lines = ["# PS simulation CPU time, weighted sharing: LinkNetwork fallback (before) vs weighted star (after)",
+    title = ("weighted star, equal sharing among started flows (before) vs the flows already moving first (after, "
+             f"newcomer weight {environment['newcomer_weight']['after']:g})" if environment.get("newcomer_weight")
+             else "LinkNetwork fallback (before) vs weighted star (after)")
+    lines = [f"# PS simulation CPU time, weighted sharing: {title}",
              "", f"resnet50, per-tensor, workers {environment['worker_bps'] / 1e9:g} Gbit/s, servers "
              f"{environment['server_bps'] / 1e9:g} Gbit/s, {ITERATIONS} iterations + {WARMUP} warm-up, "
              f"{environment['repeats']} seeds per cell; CPU seconds of one `simulate` call, median (min-max). "

@@ -15,7 +15,7 @@ from sgdscale.cli import main
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.network import (SHARING_MIN_BYTES, AlphaBeta, BenchPoint, Network, Sharing, fit_share_weight_sigma,
                                    sharing_from_points, startup_s)
-from sgdscale.comm.sharing import first_over_last
+from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT, first_over_last
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.runtime import netbench as nb
 
@@ -198,4 +198,16 @@ def test_a_prediction_says_when_it_shares_links_unequally(tmp_path, capsys):
               "--iterations", "5", "--json", str(out)])
         header = capsys.readouterr().out.splitlines()[0]
         assert ("links shared unequally (measured, sigma 0.20)" in header) is shown
-        assert json.loads(out.read_text())["inputs"]["comm"]["share_weight_sigma"] == 0.2
+        assert ("flows already moving first (a newcomer weighs 0.1)" in header) is shown
+        comm = json.loads(out.read_text())["inputs"]["comm"]
+        assert comm["share_weight_sigma"] == 0.2 and comm["newcomer_share_weight"] == NEWCOMER_SHARE_WEIGHT == 0.1
+
+
+def test_the_flows_already_moving_go_first_only_where_sharing_was_measured():
+    """A network file with a sharing fit gives the newcomer weight; without one (or nominal
+    figures) every started flow shares equally, as before."""
+    measured = Network(source="x", p2p=P2P, sharing=Sharing(weight_sigma=0.2, first_last={"4": 0.85},
+                                                             repeats={"4": 8}, bytes=[4_000_000]))
+    assert CommModel.from_network(measured).newcomer_share_weight == NEWCOMER_SHARE_WEIGHT
+    assert CommModel.from_network(Network(source="x", p2p=P2P)).newcomer_share_weight == 1.0
+    assert CommModel.from_link(1e9, 1e-5).newcomer_share_weight == 1.0

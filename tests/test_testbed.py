@@ -127,6 +127,9 @@ def test_tbf_parameters_scale_with_rate():
     assert fast.limit_bytes >= 10e9 / 8 * 0.05
     wide = tb.TbfParams.for_rate(200e6, burst_s=8e-3)  # the override benchmarks/tbf_cpu.py uses
     assert wide.burst_bytes == int(200e6 / 8 * 8e-3) and wide.limit_bytes - wide.burst_bytes == mid.limit_bytes - mid.burst_bytes
+    shallow = tb.TbfParams.for_rate(1.8e9, limit_s=2e-3)  # the queue benchmarks/tcp_settings_async.py tries
+    assert shallow.limit_bytes - shallow.burst_bytes == int(1.8e9 / 8 * 2e-3)
+    assert tb.TbfParams.for_rate(1e6, limit_s=2e-3).limit_bytes - slow.burst_bytes == 256 * 1024  # the floor
 
 
 # --- real namespaces (root) -------------------------------------------------------------------
