@@ -256,15 +256,10 @@ class StarNetwork(LinkNetwork):
         self._advance(h, now)
         if self.weighted:
             w = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
-            if self.ranked:  # LinkNetwork's rule, the hub's and edge's counts kept here
-                edge, l_since, e_k = self.c_edge[conn], self.l_since, self.e_k
-                if (self.s_k[h] and l_since[h] < now) or (e_k[edge] and l_since[edge] < now):
-                    w *= self.newcomer_weight
-                if self.s_k[h] == 0:
-                    l_since[h] = now
-                if e_k[edge] == 0:
-                    l_since[edge] = now
-                e_k[edge] += 1
+            if self.newcomers_yield:  # LinkNetwork's rule on the hub's and the edge's counts
+                edge = self.c_edge[conn]
+                w = self._yield_to_incumbents(w, now, (h, self.s_k[h]), (edge, self.e_k[edge]))
+                self.e_k[edge] += 1
             self.c_w[conn] = w
             self.c_tag[conn] = tag
             self.s_w[h] += w
@@ -289,7 +284,7 @@ class StarNetwork(LinkNetwork):
         (benchmarks/predict_speed.py). Set as the instance's `on_done` in `__init__`."""
         s_ver, s_rate, s_vt, s_v, s_k, s_heap = self.s_ver, self.s_rate, self.s_vt, self.s_v, self.s_k, self.s_heap
         s_w, c_w, c_tag, weighted = self.s_w, self.c_w, self.c_tag, self.weighted
-        ranked, e_k, c_edge = self.ranked, self.e_k, self.c_edge
+        newcomers_yield, e_k, c_edge = self.newcomers_yield, self.e_k, self.c_edge
         c_queue, c_sent, c_start, c_fin, c_head_bytes = self.c_queue, self.c_sent, self.c_start, self.c_fin, \
             self.c_head_bytes
         gheap, gseq, seq2 = self.queue.heap, self.queue.seq, self._seq2
@@ -347,7 +342,7 @@ class StarNetwork(LinkNetwork):
             del active[conn]
             s_k[hub] -= 1
             s_w[hub] -= c_w[conn]
-            if ranked:
+            if newcomers_yield:
                 e_k[c_edge[conn]] -= 1
             check = self.check
             if check:

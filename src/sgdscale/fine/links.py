@@ -52,8 +52,8 @@ class LinkNetwork:
         # whatever order the simulation starts them in.
         self.weight_sigma = float(weight_sigma)
         self.newcomer_weight = float(newcomer_weight)
-        self.ranked = newcomer_weight < 1.0
-        self.weighted = weight_sigma > 0.0 or self.ranked
+        self.newcomers_yield = newcomer_weight < 1.0
+        self.weighted = weight_sigma > 0.0 or self.newcomers_yield
         self.seed = int(seed)
         self.key_offset = int(key_offset)  # connection c draws as connection key_offset + c
         self.queue = queue
@@ -132,14 +132,8 @@ class LinkNetwork:
             l_n = self.l_n
             if self.weighted:
                 weight = self.burst_weight(conn, tag)
-                if self.ranked:
-                    l_since = self.l_since
-                    if (l_n[up] and l_since[up] < now) or (l_n[down] and l_since[down] < now):
-                        weight *= self.newcomer_weight  # the link was busy before: incumbents go first
-                    if l_n[up] == 0:
-                        l_since[up] = now
-                    if l_n[down] == 0:
-                        l_since[down] = now
+                if self.newcomers_yield:
+                    weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]))
                 self.c_w[conn] = weight
                 self.c_tag[conn] = tag
             if l_n[up] == 0 and l_n[down] == 0:
@@ -208,6 +202,18 @@ class LinkNetwork:
             self.l_rate[down] = 0.0
         if q:
             self._head_arrived(conn, now)
+
+    def _yield_to_incumbents(self, weight: float, now: float, *links: tuple[int, int]) -> float:
+        """The weight of a message starting now on `links` ((link, its active connections) pairs):
+        times newcomer_weight if one of them has been busy since before now. Idle links are marked
+        busy from now."""
+        since = self.l_since
+        if any(active and since[link] < now for link, active in links):
+            weight *= self.newcomer_weight
+        for link, active in links:
+            if not active:
+                since[link] = now
+        return weight
 
     def _account(self, link: int, now: float) -> None:
         self.l_bytes[link] += self.l_rate[link] * (now - self.l_last[link])
