@@ -84,8 +84,10 @@ def main(argv: list[str]) -> int:
         lines.append(f"| {name} | " + ", ".join(f"{v:.1f}" for v in values) + f" | {statistics.median(values):.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    suffix = "" if (args.model, args.strategy) == ("gpt2", "ps-async") else f"-{args.model}-{args.strategy}"
-    suffix = f"-{args.tag}" if args.tag else suffix
+    if args.tag:
+        suffix = f"-{args.tag}"
+    else:
+        suffix = "" if (args.model, args.strategy) == ("gpt2", "ps-async") else f"-{args.model}-{args.strategy}"
     (HERE / "results" / f"tcp_settings_async{suffix}.md").write_text(text)
     return 0
 
