@@ -69,17 +69,31 @@ def test_rates_rise_when_a_flow_leaves():
 
 
 @pytest.mark.parametrize("newcomer, first_done", [(1.0, 5.0), (0.1, 3.2)])
-def test_a_flow_already_moving_keeps_priority_over_a_newcomer(newcomer, first_done):
-    # A 10 B/s downlink; A sends 30 B from t=0, B 30 B from t=1. At t=1 A has 20 B left. Equal
-    # sharing: 5 B/s each, A done at 1 + 20/5 = 5. Newcomer weight 0.1: A gets 10/1.1 B/s and is done
-    # at 1 + 2.2 = 3.2 (B moved 2 B meanwhile). B ends at 6 either way: the link never idles.
-    net = LinkNetwork(EventQueue(), [100.0, 100.0, 10.0], 0.0, newcomer_weight=newcomer)
+def test_a_flow_already_leaving_a_node_keeps_priority_over_a_newcomer(newcomer, first_done):
+    # One node's 10 B/s uplink to two receivers (as a shard's pulls); A sends 30 B from t=0, B 30 B
+    # from t=1. At t=1 A has 20 B left. Equal sharing: 5 B/s each, A done at 1 + 20/5 = 5. Newcomer
+    # weight 0.1: A gets 10/1.1 B/s and is done at 1 + 2.2 = 3.2 (B moved 2 B meanwhile). B ends at
+    # 6 either way: the link never idles.
+    net = LinkNetwork(EventQueue(), [10.0, 100.0, 100.0], 0.0, newcomer_weight=newcomer)
+    a = net.add_connection(0, 1)
+    b = net.add_connection(0, 2)
+    net.send(a, 30.0, 0.0, 0.0, token=1)
+    net.send(b, 30.0, 1.0, 0.0, token=2)
+    out = {tok: t for t, tok, _ in run_network(net)}
+    assert out[1] == pytest.approx(first_done)
+    assert out[2] == pytest.approx(6.0)
+
+
+def test_flows_into_one_node_share_its_link_whichever_started_first():
+    # The same two flows from two nodes into one 10 B/s downlink (as pushes into a shard): the
+    # newcomer shares equally (benchmarks/head_start.py, incast), A done at 5, B at 6.
+    net = LinkNetwork(EventQueue(), [100.0, 100.0, 10.0], 0.0, newcomer_weight=0.1)
     a = net.add_connection(0, 2)
     b = net.add_connection(1, 2)
     net.send(a, 30.0, 0.0, 0.0, token=1)
     net.send(b, 30.0, 1.0, 0.0, token=2)
     out = {tok: t for t, tok, _ in run_network(net)}
-    assert out[1] == pytest.approx(first_done)
+    assert out[1] == pytest.approx(5.0)
     assert out[2] == pytest.approx(6.0)
 
 

@@ -198,9 +198,9 @@ def test_a_prediction_says_when_it_shares_links_unequally(tmp_path, capsys):
               "--iterations", "5", "--json", str(out)])
         header = capsys.readouterr().out.splitlines()[0]
         assert ("links shared unequally (measured, sigma 0.20)" in header) is shown
-        assert ("flows already moving first (a newcomer weighs 0.1)" in header) is shown
+        assert ("flows already leaving a node first (a newcomer weighs 0.22)" in header) is shown
         comm = json.loads(out.read_text())["inputs"]["comm"]
-        assert comm["share_weight_sigma"] == 0.2 and comm["newcomer_share_weight"] == NEWCOMER_SHARE_WEIGHT == 0.1
+        assert comm["share_weight_sigma"] == 0.2 and comm["newcomer_share_weight"] == NEWCOMER_SHARE_WEIGHT == 0.22
 
 
 def test_the_flows_already_moving_go_first_only_where_sharing_was_measured():

@@ -19,16 +19,17 @@ from functools import lru_cache
 
 import numpy as np
 
-# Incumbents first (`sgdscale.fine.links.LinkNetwork`, `newcomer_weight`): a flow that starts on a link
-# busy since before it starts gets this weight relative to the flows already moving (flows
-# that start at the same instant share as above). Used where a network file measured link sharing
-# (`CommModel.from_network`, sigma > 0). Measured on the emulated cluster (Reno, tbf queue of 50 ms
-# of line rate; `benchmarks/async_stagger.py`): two async workers' pushes into one shard overlapped
-# 9-10% of their span, each at 1.13x its bytes' line time, where equal sharing would have slowed
-# both; the fine method then ran them in partial lock step and predicted held-out set 19's async
-# replays 20-36% too slow. Any weight from 0.02 to 0.3 gave the same 2-worker answers
-# (`benchmarks/newcomer_weight.py`); 0.1 was chosen on sets 18 and 19 and first tested on set 20.
-NEWCOMER_SHARE_WEIGHT = 0.1
+# Incumbents first (`sgdscale.fine.links.LinkNetwork`, `newcomer_weight`): a flow that starts out of a
+# node whose link has been busy since before it starts gets this weight relative to the flows
+# already leaving that node (flows that start at the same instant share as above; flows from
+# several nodes into one share the receiver's link equally). Used where a network file measured
+# link sharing (`CommModel.from_network`, sigma > 0). Measured on the emulated cluster with two
+# TCP flows of 35 MB, the second 2-80 ms after the first (`benchmarks/head_start.py`; Reno, tbf
+# queue of 50 ms of line rate): out of one node the newcomer got a weight of 0.22-0.24 while both
+# moved, whatever the head start; into one node, 0.99-1.00. So a shard's pulls take turns and its
+# pushes share. (Found first on set 19's async replays, `benchmarks/async_stagger.py`, where the
+# workers took turns; sets 20-22 ran with 0.1 on both links of a flow.)
+NEWCOMER_SHARE_WEIGHT = 0.22
 
 DRAWS = 20_000  # Monte Carlo draws: the fraction to about 1e-3, deterministic (fixed seed)
 

@@ -256,9 +256,11 @@ class StarNetwork(LinkNetwork):
         self._advance(h, now)
         if self.weighted:
             w = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
-            if self.newcomers_yield:  # LinkNetwork's rule on the hub's and the edge's counts
+            if self.newcomers_yield:  # LinkNetwork's rule on the sender's link: the hub or the edge
                 edge = self.c_edge[conn]
-                w = self._yield_to_incumbents(w, now, (h, self.s_k[h]), (edge, self.e_k[edge]))
+                hub_side, edge_side = (h, self.s_k[h]), (edge, self.e_k[edge])
+                w = self._yield_to_incumbents(w, now, *((hub_side, edge_side) if self.c_up[conn] == h
+                                                         else (edge_side, hub_side)))
                 self.e_k[edge] += 1
             self.c_w[conn] = w
             self.c_tag[conn] = tag

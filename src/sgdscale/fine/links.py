@@ -46,10 +46,11 @@ class LinkNetwork:
         # one weight exp(sigma * z), z standard normal; links are shared weighted max-min.
         # sigma = 0: equal sharing.
         # Incumbents first (`newcomer_weight` < 1, `sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`): a
-        # message that starts moving on a link that has been busy since before now has its weight
-        # multiplied by newcomer_weight, so the flows already moving keep most of the link, as TCP
-        # flows through a deep FIFO queue do. Messages that start together share as before,
-        # whatever order the simulation starts them in.
+        # message that starts moving out of a node whose link has been busy since before now has
+        # its weight multiplied by newcomer_weight, so the flows already leaving that node keep most
+        # of its link, as TCP flows out of one host do (`benchmarks/head_start.py`: a 30 ms head
+        # start leaves the newcomer about a fifth of the link; into one receiver, none). Messages
+        # that start together share as before, whatever order the simulation starts them in.
         self.weight_sigma = float(weight_sigma)
         self.newcomer_weight = float(newcomer_weight)
         self.newcomers_yield = newcomer_weight < 1.0
@@ -132,7 +133,7 @@ class LinkNetwork:
             l_n = self.l_n
             if self.weighted:
                 weight = self.burst_weight(conn, tag)
-                if self.newcomers_yield:
+                if self.newcomers_yield:  # on the sender's link only (benchmarks/head_start.py)
                     weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]))
                 self.c_w[conn] = weight
                 self.c_tag[conn] = tag
@@ -203,14 +204,18 @@ class LinkNetwork:
         if q:
             self._head_arrived(conn, now)
 
-    def _yield_to_incumbents(self, weight: float, now: float, *links: tuple[int, int]) -> float:
-        """The weight of a message starting now on `links` ((link, its active connections) pairs):
-        times newcomer_weight if one of them has been busy since before now. Idle links are marked
-        busy from now."""
+    def _yield_to_incumbents(self, weight: float, now: float, sender: tuple[int, int], receiver: tuple[int, int]
+                             ) -> float:
+        """The weight of a message starting now from the `sender`'s link to the `receiver`'s ((link, its
+        active connections) pairs): times newcomer_weight if the sender's link has been busy since
+        before now. Idle links are marked busy from now. Only the sender's link: flows out of one
+        node share its link the way the first to start wants, flows from several nodes into one
+        share the receiver's link equally whichever started first (`benchmarks/head_start.py`)."""
         since = self.l_since
-        if any(active and since[link] < now for link, active in links):
+        link, active = sender
+        if active and since[link] < now:
             weight *= self.newcomer_weight
-        for link, active in links:
+        for link, active in (sender, receiver):
             if not active:
                 since[link] = now
         return weight

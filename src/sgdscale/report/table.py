@@ -22,7 +22,7 @@ def header_line(prediction: Prediction) -> str:
     if kind != "allreduce" and comm.get("share_weight_sigma"):  # flows share server links unequally
         network += f", links shared unequally (measured, sigma {comm['share_weight_sigma']:.2f})"
         if comm.get("newcomer_share_weight", 1.0) < 1.0:  # sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT
-            network += f", flows already moving first (a newcomer weighs {comm['newcomer_share_weight']:g})"
+            network += f", flows already leaving a node first (a newcomer weighs {comm['newcomer_share_weight']:g})"
     if kind == "allreduce" and comm.get("measured_allreduce_workers"):
         network += f" (measured fits for {','.join(map(str, comm['measured_allreduce_workers']))} workers)"
     if kind == "allreduce":
