@@ -245,18 +245,21 @@ def _sigma_for(target: float, senders: int) -> float:
 
 def startup_s(points: Sequence[BenchPoint], p2p: AlphaBeta) -> float:
     """The p2p startup cost as the median over the three smallest ping-pong sizes of each size's
-    median time less beta x size: what decides which incast sizes are bandwidth-bound. The fit's
-    alpha comes from the smallest size alone, and one slow spell there (held-out set 18's file: 1 kB
-    took 3.96 ms, 3.4 kB and 11 kB 0.07 and 0.06 ms; set 14's: 1.8 ms) left every incast size below
-    the crossover, so no link sharing was fitted and the fine method ran async workers in lock step
-    (set 18: -37% and -38% with 4 workers)."""
+    fastest repeat less beta x size: what decides which incast sizes are bandwidth-bound. Not the
+    fit's alpha, which comes from the smallest size's median alone: one slow spell there (held-out
+    set 18's file: 1 kB took 3.96 ms, 3.4 kB and 11 kB 0.07 and 0.06 ms; set 14's: 1.8 ms) left
+    every incast size below the crossover, so no link sharing was fitted and the fine method ran
+    async workers in lock step (set 18: -37% and -38% with 4 workers). Not the medians either: a
+    node throttled by its CPU quota stalls a ping-pong for the rest of the CFS period, and on set
+    23's 3-process file most small repeats did (1 kB and 3.4 kB: medians 4.53 and 4.72 ms, fastest
+    0.10 and 0.08 ms), with the same outcome (alexnet async, 2 workers: -42.6%)."""
     by_size: dict[int, list[float]] = {}
     for point in points:
         if point.op == "p2p":
-            by_size.setdefault(point.bytes, []).append(point.median_s)
+            by_size.setdefault(point.bytes, []).append(min(point.samples_s))
     if not by_size:
         return p2p.alpha_s
-    residuals = [statistics.median(times) - p2p.beta_s_per_byte * size for size, times in sorted(by_size.items())[:3]]
+    residuals = [min(times) - p2p.beta_s_per_byte * size for size, times in sorted(by_size.items())[:3]]
     return max(0.0, statistics.median(residuals))
 
 
