@@ -16,7 +16,7 @@ that both trees predict the same.
 Writes benchmarks/results/ps_weighted_speed.json (raw) and ps_weighted_speed.md (table);
 `--server-gbps 40` (server NICs faster than the workers' 10 Gbit/s, where weighted star mode must
 leave for the general network while few connections share a hub) writes ps_weighted_speed_server40.*.
-`--newcomer 0.1` instead compares this tree with itself: sigma 0.13 with equal sharing among started
+`--newcomer W` (0.1, later 0.22) instead compares this tree with itself: sigma 0.13 with equal sharing among started
 flows (before) and with the flows already moving first (after, `CommModel.newcomer_share_weight`, as
 network files with link sharing measured now give), and writes ps_weighted_speed_newcomer.*.
 """
