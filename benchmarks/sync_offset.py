@@ -14,16 +14,12 @@ Raw output: benchmarks/results/sync_offset/NAME.md and NAME.trace.json.gz (open 
 
 from __future__ import annotations
 
-import argparse
-import gzip
-import json
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from pathlib import Path
+
+import trace_compare_case
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "sync_offset"
@@ -51,31 +47,8 @@ def backward_ends(trace: dict, process: str) -> tuple[dict[int, float], list[flo
 
 
 def main(argv: list[str]) -> int:
-    if "--" not in argv:
-        raise SystemExit("give the model to train after --, e.g. -- gpt2 --option layers=2")
-    split = argv.index("--")
-    own, train_args = argv[:split], argv[split + 1:]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tag", required=True)
-    parser.add_argument("--profile", required=True, help="the profile to predict from")
-    parser.add_argument("--network", required=True, help="the measured network file to predict with")
-    parser.add_argument("--bandwidth-mbit", type=float, required=True)
-    parser.add_argument("--quota", type=float, required=True)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=30)
-    args = parser.parse_args(own)
-    OUT.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        trace_path, out_path = Path(tmp) / "compare.json", Path(tmp) / "m.json"
-        subprocess.run([sys.executable, "-m", "sgdscale", "train", *train_args, "--strategy", "ps-sync", "--ps", "1",
-                        "--workers", str(args.workers), "-i", str(args.iterations), "--emulate", "--bandwidth",
-                        f"{args.bandwidth_mbit:g}Mbit", "--cpu-quota", str(args.quota), "--trace-compare", str(trace_path),
-                        "--trace-profile", args.profile, "--trace-network", args.network, "-o", str(out_path)],
-                       check=True, capture_output=True)
-        throughput = json.loads(out_path.read_text())["throughput"]
-        trace = json.loads(trace_path.read_text())
-        with open(trace_path, "rb") as raw, gzip.open(OUT / f"{args.tag}.trace.json.gz", "wb") as packed:
-            shutil.copyfileobj(raw, packed)
+    args, train_args = trace_compare_case.parse(argv, __doc__.splitlines()[0], 30, strategy="ps-sync")
+    throughput, trace = trace_compare_case.run(args, train_args, OUT / args.tag)
     rows = []
     for side in ("measured", "predicted"):
         (ends0, steps0), (ends1, _) = (backward_ends(trace, f"worker {w} · {side}") for w in (0, 1))
