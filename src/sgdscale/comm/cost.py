@@ -48,8 +48,8 @@ class CommModel:
     # burst's weight in weighted max-min sharing, fitted to measured incast completion spread
     # (sgdscale.comm.network.Sharing; 0: equal sharing).
     share_weight_sigma: float = 0.0
-    # Weight of a flow that starts while another flow's burst already moves on its link, relative to
-    # it (sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT; 1: no priority). Only with link sharing
+    # Weight of a flow that starts while other flows already leave its sender's node, relative to
+    # them (sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT; 1: no priority). Only with link sharing
     # measured (share_weight_sigma > 0): a nominal link, or a file without a sharing fit, says nothing
     # of how flows share, and with equal weights the rule would hinge on the order of simultaneous events.
     newcomer_share_weight: float = 1.0
