@@ -13,6 +13,7 @@ from sgdscale.coarse import solve
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import (
     Interference,
+    compute_while_sending,
     cpu_bound_bps,
     cpu_bounded_comm,
     node_model,
@@ -76,6 +77,65 @@ def test_coarse_hand_computed_two_workers():
     outcome = solve(two_layer_profile(), Cluster(2), Strategy(grouping="per-layer"),
                     with_interference(comm_300ms_per_mb(), Interference(KC, KM)), variability=False)
     assert float(np.mean(outcome.iteration_s)) == pytest.approx(1.0475)
+
+
+def test_compute_while_sending_is_the_two_body_rule_for_one_message():
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        compute, send = rng.random() * rng.choice([0.1, 1.0]), rng.random() * rng.choice([0.1, 1.0])
+        itf = Interference(1.0 + 3.0 * rng.random(), 1.0 + 3.0 * rng.random())
+        handed, sent, end = compute_while_sending(1.0, [0.0], [0], [send], compute, 0.0, itf)
+        compute_end, send_end = two_body_end_s(compute, send, itf)
+        assert handed == [1.0]
+        assert end == pytest.approx(1.0 + compute_end) and sent[0] == pytest.approx(1.0 + send_end)
+
+
+def test_compute_while_sending_without_slowdown_is_fifo_at_full_speed():
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        k = int(rng.integers(1, 20))
+        offsets = list(np.sort(rng.random(k)))
+        sends = list(rng.random(k) * 0.2)
+        free = rng.random() * 0.5
+        handed, sent, end = compute_while_sending(0.0, offsets, list(range(k)), sends, 1.0, free, Interference())
+        assert handed == pytest.approx(offsets) and end == pytest.approx(1.0)
+        link = free
+        for offset, send, done in zip(offsets, sends, sent):
+            link = max(link, offset) + send
+            assert done == pytest.approx(link)
+
+
+def test_ps_hand_computed_one_worker():
+    """Backward starts at 0.2 and hands the classifier (0.3 s on the uplink) over at 0.4; both slow:
+    the push ends at 0.4 + 0.3 x 1.5 = 0.85, backward (0.4 s of work left) at 0.85 + 0.4 - 0.45 / 2 =
+    1.025. The body's push (0.03 s) follows at full speed, then the pulls (0.33 s): the next forward
+    starts at 1.385 (1.16 without interference). Fine and coarse, sync and async alike."""
+    profile, cluster = two_layer_profile(), Cluster(1, 8 / 3e-7, ps_count=1, latency_s=0.0)
+    slowed = with_interference(comm_300ms_per_mb(), Interference(KC, KM))
+    for kind in ("ps-sync", "ps-async"):
+        strategy = Strategy(kind=kind, grouping="per-layer")
+        for comm, step in ((comm_300ms_per_mb(), 1.16), (slowed, 1.385)):
+            fine = simulate(profile, cluster, strategy, comm, variability=False, iterations=5)
+            assert fine.iteration_s == pytest.approx([step] * 5)
+            assert solve(profile, cluster, strategy, comm, variability=False).throughput == pytest.approx(10 / step)
+        fine = simulate(profile, cluster, strategy, slowed, variability=False, iterations=5, timeline=True)
+        backward = [e for e in fine.timeline if e.name.startswith("backward") and e.process == "worker 0"]
+        assert sum(e.duration_s for e in backward) == pytest.approx(0.825 * len(backward) / 2)
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_ps_without_interference_changes_nothing(kind):
+    """And an active model slows a step whose pushes overlap backward (10 Gbit/s: compute matters)."""
+    profile, strategy = load_profile("resnet50"), Strategy(kind=kind)
+    base = CommModel.from_link(10e9, 20e-6)
+    for workers in (2, 8):
+        cluster = Cluster(workers, 10e9, ps_count=2)
+        for method in (simulate, solve):
+            expected = method(profile, cluster, strategy, base, iterations=20)
+            got = method(profile, cluster, strategy, with_interference(base, Interference(1.0, 1.0)), iterations=20)
+            assert got.throughput == expected.throughput
+            slowed = method(profile, cluster, strategy, with_interference(base, Interference(1.5, 1.7)), iterations=20)
+            assert slowed.throughput < expected.throughput
 
 
 def test_stream_without_slowdown_is_the_plain_recurrence():

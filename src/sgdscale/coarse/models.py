@@ -23,7 +23,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import interference_of, overlap_end_s
+from sgdscale.comm.interference import Interference, compute_while_sending, interference_of, overlap_end_s
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
@@ -122,6 +122,27 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
 
 # --------------------------------------------------------------------------- parameter server
 
+def ps_interference_of(comm) -> Interference | None:
+    """The interference model the PS models apply to a worker's backward and its own pushes."""
+    return interference_of(comm)
+
+
+def _pushes_slowed(groups, scale: float, backward_s: float, worker_beta: float,
+                   interference: Interference) -> tuple[float, np.ndarray]:
+    """What interference does to a mean worker's backward and pushes (`compute_while_sending`, as
+    the fine method): (how much longer its backward takes, per group how much later its send ends
+    on the worker's own uplink than without interference). The models shift each group's ready
+    time by the latter, so the pipelines they build from full-rate transfers end where the slowed
+    sends do."""
+    offsets = [scale * g.ready_s for g in groups]
+    sends = [g.bytes * worker_beta for g in groups]
+    order = sorted(range(len(groups)), key=offsets.__getitem__)
+    compute = scale * backward_s
+    _, plain, _ = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, Interference())
+    _, slowed, end = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, interference)
+    return end - compute, np.asarray(slowed) - np.asarray(plain)
+
+
 class _ServerCosts:
     """Per-shard bytes and per-byte costs shared by the sync and async PS models."""
 
@@ -184,6 +205,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes + n * costs.server_cpu_s
     update = float(update_per_shard.max(initial=0.0))
 
+    slowed_s = 0.0  # what interference adds to the slowest worker's backward
     if heuristics and costs.total_bytes > 0:
         # Pushes and updates flow as a pipeline that starts during backward; the replies follow the
         # order in which messages are applied on the shard, a late worker's after its own last push
@@ -191,19 +213,25 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
         ready, _ = head_max_means(profile, cluster, variability, groups)
+        interference = ps_interference_of(comm)
+        if interference is not None:  # backward and its own pushes slow each other (comm.interference)
+            slowed_s, later = _pushes_slowed(groups, float(scales.max()), profile.backward_s,
+                                             float(costs.worker_betas.max()), interference)
+            ready = list(np.asarray(ready) + later)
         server_pull = hz.split_by_bytes(float(shard_nic_s.max(initial=0.0)), sizes)
         # the early workers' lead shortens the step only where the shard's NIC binds, not a worker's own link
         server_binds = float(shard_nic_s.max(initial=0.0)) >= max(worker_nic_s, intra_s)
         end = hz.sync_ps_end_s(ready, hz.split_by_bytes(transfer, sizes), hz.split_by_bytes(update, sizes),
                                server_pull, hz.late_share(n, costs.shards), max(worker_nic_s, intra_s),
                                with_lead=server_binds)
-        extra = max(0.0, end + 2 * costs.alpha - pre_max.mean)
+        extra = max(0.0, end + 2 * costs.alpha - (pre_max.mean + slowed_s))
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
         exposed = extra - update_part
     else:
         exposed, update_part = push + pull, update
         extra = exposed + update_part
+    extra += slowed_s  # the slowed backward is compute: it comes before the rest in every step
     step_mean = pre_max.mean + extra
 
     if pre_max.values.size > 1:
@@ -211,7 +239,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     else:
         steps = _step_samples(pre_max.values[0], extra, iterations)
 
-    compute = float(scales.mean()) * pre_barrier_one(profile, variability).mean
+    compute = float(scales.mean()) * pre_barrier_one(profile, variability).mean + slowed_s
     wait = max(0.0, step_mean - compute - exposed)
     utilization = {words.COMPUTE: compute / step_mean, words.WORKER_NIC_OUT: worker_nic_s / step_mean,
                    words.WORKER_NIC_IN: worker_nic_s / step_mean}
@@ -260,6 +288,13 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     costs = _ServerCosts(profile, cluster, strategy, comm)
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean
+    groups = group_gradients(profile, strategy, costs.topology, n) if costs.total_bytes > 0 else []
+    interference = ps_interference_of(comm) if heuristics and groups else None
+    later, slowed_s = np.zeros(len(groups)), 0.0
+    if interference is not None:  # backward and its own pushes slow each other (comm.interference)
+        slowed_s, later = _pushes_slowed(groups, float(scales.mean()), profile.backward_s,
+                                         float(costs.worker_betas.mean()), interference)
+        compute += slowed_s
 
     nic, worker_nic = costs.async_nic_demands()
     names, demands, kinds = [], [], []
@@ -280,12 +315,12 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
 
     hidden = 0.0
     if heuristics and costs.total_bytes > 0:
-        groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
         scale = float(scales.mean())
         head = scale * (profile.step.data_s + profile.step.h2d_s + profile.forward_s)
-        head_first, head_last = head + scale * groups[0].ready_s, head + scale * groups[-1].ready_s
-        offsets = [scale * (g.ready_s - groups[0].ready_s) for g in groups]
+        ready = [head + scale * g.ready_s + delay for g, delay in zip(groups, later)]
+        head_first, head_last = ready[0], ready[-1]
+        offsets = [r - ready[0] for r in ready]
 
         def hidden_for(think: float) -> float:
             """Serial cycle minus the pipelined one, for the queueing seen at this think time."""
@@ -298,7 +333,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
 
         # hidden(h) - h is strictly decreasing in h (queueing grows by less than the think time
         # shrinks), so bisection finds the unique fixed point.
-        low, high = 0.0, min(think0, scale * (profile.forward_s + profile.backward_s))
+        low, high = 0.0, min(think0, scale * (profile.forward_s + profile.backward_s) + slowed_s)
         if hidden_for(think0 - high) >= high:
             hidden = high
         else:
@@ -319,7 +354,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     if variability and pre_barrier_samples(profile) is not None:
         rng = np.random.default_rng(seed)
         draws = one.sample(iterations, rng) * scales[rng.integers(0, n, iterations)]
-        steps = draws + (cycle - compute)
+        steps = draws + (cycle - compute + slowed_s)
     else:
         steps = _step_samples(cycle, 0.0, iterations)
 

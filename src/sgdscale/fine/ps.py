@@ -72,6 +72,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.interference import compute_while_sending, interference_of
 from sgdscale.comm.topology import Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -134,7 +135,8 @@ class StepTables:
             pre = float((s.data_table_s[row] + s.h2d_table_s[row]) * scale)
             bwd = float(s.backward_table_s[row].sum() * scale)
             rel = (self.offsets[row] * scale).tolist()
-            tab = (pre, cf, bwd, rel, row, scale)
+            order = sorted(range(len(rel)), key=rel.__getitem__)  # messages in hand-over order
+            tab = (pre, cf, bwd, rel, row, scale, order)
             self.cache[key] = tab
         return tab
 
@@ -167,9 +169,15 @@ class PsRun:
         sigma = topology.nic.share_weight_sigma
         newcomer = topology.nic.newcomer_share_weight
         star = star and not links.shared_nics
+        # Interference (comm.interference): a worker's backward slows while its own uplink sends its
+        # pushes, and that uplink runs at 1/comm_slowdown of its rate while the backward runs.
+        self.interference = interference_of(topology.nic)
+        self.worker_uplink = [links.push_pairs[w][0][0] for w in range(n)]
+        slowed_uplinks = self.interference is not None and self.interference.comm_slowdown > 1.0
 
-        def network(caps, pairs, kinds, hubs, key_offset):
-            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
+        def network(caps, pairs, kinds, hubs, key_offset, slowed_edges=False):
+            # a star needs fixed edge capacities: slowed uplinks take the general network
+            if star and not slowed_edges and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
                                   key_offset=key_offset, newcomer_weight=newcomer)
             else:
@@ -178,10 +186,13 @@ class PsRun:
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0)
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0, slowed_uplinks)
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
+        # per worker and message: seconds its own uplink needs to send it (compute_while_sending)
+        self.send_s = [[plan.bytes[m] / push_caps[links.push_pairs[w][plan.shard[m]][0]] for m in range(plan.messages)]
+                       for w in range(n)]
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
@@ -252,6 +263,15 @@ class PsRun:
         held: list[list[list[tuple]]] = [[[] for _ in range(shards)] for _ in range(n)]
         early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
         bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
+        step_bwd = [0.0] * n  # how long it took (longer than the profile's under interference)
+        # Interference: up_free[w], when w's uplink has sent what it was handed (compute_while_sending);
+        # per uplink, how many of its workers are in backward (it runs slowed while any is), its rate.
+        itf, send_s, up_free = self.interference, self.send_s, [0.0] * n
+        km = itf.comm_slowdown if itf is not None else 1.0
+        uplink = self.worker_uplink
+        in_backward = [0] * len(push_net.cap)
+        uplink_Bps = list(push_net.cap)
+        BACKWARD_START = int(Kind.BACKWARD_START)
         alpha_s = self.alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -304,19 +324,31 @@ class PsRun:
                 j = L
             comp = extra + cf[j] - cf[j0]
             nxt[w] = j
-            if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
-                rec.compute(w, k, t0, extra, j0, j, have_t[w] if k > 0 else None, need)
             if j == L:
-                _, _, bwd, rel, _, _ = tab[w]
-                t_end = bwd_end[w] = t + bwd
-                busy[w] += comp + bwd
+                _, _, bwd, rel, _, _, order = tab[w]
+                if itf is None:
+                    t_end = t + bwd
+                    handed = None
+                else:  # backward and the worker's own sends slow each other (comm.interference)
+                    handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w], itf)
+                    if order:
+                        up_free[w] = sent[order[-1]]
+                    if km > 1.0:
+                        heappush(heap, (t, next(seq), BACKWARD_START, w, 0))
+                bwd_end[w] = t_end
+                step_bwd[w] = t_end - t
+            if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
+                rec.compute(w, k, t0, extra, j0, j, have_t[w] if k > 0 else None, need,
+                            step_bwd[w] if j == L else None)
+            if j == L:
+                busy[w] += comp + t_end - t
                 cend[w] = t_end
                 lr = last_release[w]
                 pc = push_conn[w]
                 base = w * M
                 for m in range(M):
                     s = msg_shard[m]
-                    release = t + rel[m]
+                    release = t + rel[m] if handed is None else handed[m]
                     if release < lr[s]:
                         release = lr[s]
                     lr[s] = release
@@ -454,10 +486,20 @@ class PsRun:
                 push_net.on_release(a, now)
             elif kind == PULL_RELEASE:
                 pull_net.on_release(a, now)
+            elif kind == BACKWARD_START:
+                link = uplink[a]
+                in_backward[link] += 1
+                if in_backward[link] == 1:
+                    push_net.set_capacity(link, uplink_Bps[link] / km, now)
             elif kind == STEP_END:
                 w = a
                 k = it[w]
                 ends[w].append(now)
+                if km > 1.0:
+                    link = uplink[w]
+                    in_backward[link] -= 1
+                    if in_backward[link] == 0:
+                        push_net.set_capacity(link, uplink_Bps[link], now)
                 if sync and k > 0:
                     # w posts its pull receives now. Where shard s has not yet posted its receives
                     # of step k (so w's pushes to s wait, unwritten), w's notice is the first thing
@@ -470,7 +512,7 @@ class PsRun:
                             early_notice[w][s] = k
                 if k >= warmup:
                     t = tab[w]
-                    step_compute[w].append(t[0] + t[1][L] + t[2])
+                    step_compute[w].append(t[0] + t[1][L] + step_bwd[w])
                     step_blocked[w].append(blocked[w])
                 if k + 1 == warmup:
                     past_warmup += 1

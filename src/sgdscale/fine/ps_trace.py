@@ -37,14 +37,15 @@ class PsTrace:
         return len(self.events) < self.max_events
 
     def compute(self, w: int, k: int, now: float, extra: float, j0: int, j: int,
-                arrival: list[float] | None = None, need: list[list[int]] | None = None) -> None:
+                arrival: list[float] | None = None, need: list[list[int]] | None = None,
+                backward_s: float | None = None) -> None:
         """Worker w ran data (`extra` s), forward layers j0..j-1 and, if j is the last, backward, as
         `PsRun.run`'s `advance` ran them: a layer whose parameters were still in flight (`arrival`
         of the messages it `need`s) starts when they arrive."""
         if not self._room():
             return
         run = self.run
-        _, cf, _, _, row, scale = run.tables.get(run.rows[k][w], float(run.sampler.scale[w]))
+        _, cf, bwd, _, row, scale, _ = run.tables.get(run.rows[k][w], float(run.sampler.scale[w]))
         names = self.layer_names
         proc, args = f"worker {w}", {"iteration": k}
         t = now
@@ -58,7 +59,9 @@ class PsTrace:
             self.events.append(TraceEvent(f"forward {names[layer]}", t, d, proc, "compute", args))
             t += d
         if j == len(names):
-            tb = run.sampler.backward_table_s[row] * scale
+            # slowed by interference: each layer drawn stretched evenly (the model knows the total only)
+            stretch = 1.0 if backward_s is None or bwd <= 0 else backward_s / bwd
+            tb = run.sampler.backward_table_s[row] * scale * stretch
             for layer in range(len(names) - 1, -1, -1):
                 self.events.append(TraceEvent(f"backward {names[layer]}", t, float(tb[layer]), proc, "compute", args))
                 t += float(tb[layer])
