@@ -38,6 +38,10 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s over 20
   steps, 4.70 s over 200), a state the runtime's server never allows.
 
+- interference (a network file's measured slowdowns, `comm.interference`): a worker's backward and
+  its own pushes slow each other while both run (`compute_while_sending` gives the slowed backward
+  end and hand-over times; the worker's uplink runs at 1/comm_slowdown of its rate during backward).
+
 Strategies:
 - ps-sync: a worker pushes each message as soon as backward completes its group; the shard, once
   it has all N copies, aggregates + updates, then sends the new parameters to all N workers;
