@@ -97,35 +97,6 @@ def test_flows_into_one_node_share_its_link_whichever_started_first():
     assert out[2] == pytest.approx(6.0)
 
 
-def test_a_capacity_change_reshares_the_flows_on_that_link():
-    """100 B from each of two senders into one receiver (50 B/s): 25 B/s each. At 1 s sender 0's
-    uplink drops to 10 B/s (a starved CPU): it moves 10, the other 40, so sender 1 (75 B left) is done
-    at 1 + 75 / 40 s; at 3 s sender 0's uplink is back and its last 55 B take the receiver's 50 B/s."""
-    net = _net([100.0, 100.0, 50.0])
-    for sender in (0, 1):
-        net.send(net.add_connection(sender, 2), 100.0, 0.0, 0.0, token=sender)
-    heap, out = net.queue.heap, {}
-    net.reallocate(0.0)
-    net.queue.push(1.0, 99, 10, 0)
-    net.queue.push(3.0, 99, 100, 0)
-    while heap:
-        t, _, kind, a, b = heapq.heappop(heap)
-        if kind == 99:
-            net.set_capacity(0, float(a), t)
-        elif kind == net.kind_done:
-            net.on_done(a, b, t)
-        elif kind == net.kind_deliver:
-            out[a] = t
-        if net.dirty and (not heap or heap[0][0] > t):
-            net.reallocate(t)
-    after_one = 1.0 + 75.0 / 40.0  # sender 1 done; sender 0 has 75 - 10 x 1.875 = 56.25 left at 10 B/s
-    assert out[1] == pytest.approx(after_one)
-    # at 3 s the uplink is back at 100: 56.25 - 10 x (3 - 2.875) = 55 B at 50 B/s
-    assert out[0] == pytest.approx(3.0 + 55.0 / 50.0)
-    with pytest.raises(ValueError):
-        net.set_capacity(0, 0.0, 4.0)
-
-
 def test_newcomer_weight_must_be_a_fraction():
     with pytest.raises(ValueError, match="newcomer_weight"):
         LinkNetwork(EventQueue(), [1.0], 0.0, newcomer_weight=0.0)

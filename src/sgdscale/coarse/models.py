@@ -23,7 +23,13 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import Interference, compute_while_sending, interference_of, overlap_end_s
+from sgdscale.comm.interference import (
+    Interference,
+    compute_while_sending,
+    interference_of,
+    overlap_end_s,
+    ps_worker_interference,
+)
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
@@ -122,18 +128,12 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
 
 # --------------------------------------------------------------------------- parameter server
 
-def ps_interference_of(comm) -> Interference | None:
-    """The interference model the PS models apply to a worker's backward and its own pushes."""
-    return interference_of(comm)
-
-
 def _pushes_slowed(groups, scale: float, backward_s: float, worker_beta: float,
                    interference: Interference) -> tuple[float, np.ndarray]:
     """What interference does to a mean worker's backward and pushes (`compute_while_sending`, as
     the fine method): (how much longer its backward takes, per group how much later its send ends
-    on the worker's own uplink than without interference). The models shift each group's ready
-    time by the latter, so the pipelines they build from full-rate transfers end where the slowed
-    sends do."""
+    on the worker's own uplink than without interference: its hand-over comes later). The models
+    shift each group's ready time by the latter."""
     offsets = [scale * g.ready_s for g in groups]
     sends = [g.bytes * worker_beta for g in groups]
     order = sorted(range(len(groups)), key=offsets.__getitem__)
@@ -213,7 +213,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
         ready, _ = head_max_means(profile, cluster, variability, groups)
-        interference = ps_interference_of(comm)
+        interference = ps_worker_interference(comm)
         if interference is not None:  # backward and its own pushes slow each other (comm.interference)
             slowed_s, later = _pushes_slowed(groups, float(scales.max()), profile.backward_s,
                                              float(costs.worker_betas.max()), interference)
@@ -289,7 +289,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean
     groups = group_gradients(profile, strategy, costs.topology, n) if costs.total_bytes > 0 else []
-    interference = ps_interference_of(comm) if heuristics and groups else None
+    interference = ps_worker_interference(comm) if heuristics and groups else None
     later, slowed_s = np.zeros(len(groups)), 0.0
     if interference is not None:  # backward and its own pushes slow each other (comm.interference)
         slowed_s, later = _pushes_slowed(groups, float(scales.mean()), profile.backward_s,

@@ -138,6 +138,24 @@ def stream_with_interference(ready_s: np.ndarray, costs_s: np.ndarray, backward_
     return starts, ends, backward_end
 
 
+def ps_worker_interference(comm) -> Interference | None:
+    """What a parameter-server worker's backward and its own pushes do to each other: backward runs
+    at 1/compute_slowdown while the worker sends; the sends keep their speed (comm_slowdown 1).
+
+    Measured on the PS pattern itself (`benchmarks/send_while_computing.py`, 47 MB in 62 tensors over
+    gloo, 1.7 Gbit/s at 0.43 cores and 1.25 Gbit/s at 0.47): netbench's compute loop ran 1.44x and
+    1.27x slower while the worker sent, 1.70x and 1.44x while it also received; the transfers took
+    1.01-1.04x their time alone. netbench's all-reduce measures 1.5-1.8x for both directions (the
+    reduction is CPU work that compute starves); a push has none. The compute slowdown is the
+    network file's (an all-reduce sends and receives, as an async worker does while replies to its
+    first pushes arrive during backward).
+    """
+    model = interference_of(comm)
+    if model is None or model.compute_slowdown == 1.0:
+        return None
+    return Interference(model.compute_slowdown, 1.0)
+
+
 def compute_while_sending(start_s: float, offsets_s: list[float], order: list[int], send_s: list[float],
                           compute_s: float, link_free_s: float, interference: Interference
                           ) -> tuple[list[float], list[float], float]:

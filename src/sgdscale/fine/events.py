@@ -25,7 +25,6 @@ class Kind(IntEnum):
     PULL_RELEASE = 4
     PULL_DELIVER = 5
     STEP_END = 11  # a worker's step ended (a = worker)
-    BACKWARD_START = 12  # PS with interference: worker a's backward starts (its uplink slows)
     GROUP_READY = 21  # all-reduce event oracle (tests): worker a produced group b
     COLLECTIVE_END = 22  # all-reduce event oracle (tests): group a's collective ended
     TASK_FINISH = 100  # DAG engine: operation a finished

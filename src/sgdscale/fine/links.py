@@ -220,15 +220,6 @@ class LinkNetwork:
                 since[link] = now
         return weight
 
-    def set_capacity(self, link: int, capacity_Bps: float, now: float) -> None:
-        """Change a link's capacity from `now` on (its connections are re-shared before time moves)."""
-        if not capacity_Bps > 0:
-            raise ValueError("link capacities must be positive")
-        self._account(link, now)
-        self.cap[link] = float(capacity_Bps)
-        if self.l_n[link]:
-            self.dirty = True
-
     def _account(self, link: int, now: float) -> None:
         self.l_bytes[link] += self.l_rate[link] * (now - self.l_last[link])
         self.l_last[link] = now

@@ -38,9 +38,9 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s over 20
   steps, 4.70 s over 200), a state the runtime's server never allows.
 
-- interference (a network file's measured slowdowns, `comm.interference`): a worker's backward and
-  its own pushes slow each other while both run (`compute_while_sending` gives the slowed backward
-  end and hand-over times; the worker's uplink runs at 1/comm_slowdown of its rate during backward).
+- interference (a network file's measured compute slowdown, `comm.interference.ps_worker_interference`):
+  a worker's backward runs slower while its own uplink sends its pushes (`compute_while_sending`
+  gives the slowed backward end and hand-over times; the sends keep their speed, as measured).
 
 Strategies:
 - ps-sync: a worker pushes each message as soon as backward completes its group; the shard, once
@@ -76,7 +76,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import compute_while_sending, interference_of
+from sgdscale.comm.interference import compute_while_sending, ps_worker_interference
 from sgdscale.comm.topology import Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -173,15 +173,11 @@ class PsRun:
         sigma = topology.nic.share_weight_sigma
         newcomer = topology.nic.newcomer_share_weight
         star = star and not links.shared_nics
-        # Interference (comm.interference): a worker's backward slows while its own uplink sends its
-        # pushes, and that uplink runs at 1/comm_slowdown of its rate while the backward runs.
-        self.interference = interference_of(topology.nic)
-        self.worker_uplink = [links.push_pairs[w][0][0] for w in range(n)]
-        slowed_uplinks = self.interference is not None and self.interference.comm_slowdown > 1.0
+        # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
+        self.interference = ps_worker_interference(topology.nic)
 
-        def network(caps, pairs, kinds, hubs, key_offset, slowed_edges=False):
-            # a star needs fixed edge capacities: slowed uplinks take the general network
-            if star and not slowed_edges and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
+        def network(caps, pairs, kinds, hubs, key_offset):
+            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
                                   key_offset=key_offset, newcomer_weight=newcomer)
             else:
@@ -190,7 +186,7 @@ class PsRun:
             conns = [net.add_connection(up, down) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0, slowed_uplinks)
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0)
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
@@ -268,14 +264,8 @@ class PsRun:
         early_notice = [[-1] * shards for _ in range(n)]  # the step whose notice went ahead of its pushes
         bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
         step_bwd = [0.0] * n  # how long it took (longer than the profile's under interference)
-        # Interference: up_free[w], when w's uplink has sent what it was handed (compute_while_sending);
-        # per uplink, how many of its workers are in backward (it runs slowed while any is), its rate.
+        # Interference: up_free[w], when w's uplink has sent what it was handed (compute_while_sending).
         itf, send_s, up_free = self.interference, self.send_s, [0.0] * n
-        km = itf.comm_slowdown if itf is not None else 1.0
-        uplink = self.worker_uplink
-        in_backward = [0] * len(push_net.cap)
-        uplink_Bps = list(push_net.cap)
-        BACKWARD_START = int(Kind.BACKWARD_START)
         alpha_s = self.alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -333,12 +323,10 @@ class PsRun:
                 if itf is None:
                     t_end = t + bwd
                     handed = None
-                else:  # backward and the worker's own sends slow each other (comm.interference)
+                else:  # backward slowed while the worker's own uplink sends (comm.interference)
                     handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w], itf)
                     if order:
                         up_free[w] = sent[order[-1]]
-                    if km > 1.0:
-                        heappush(heap, (t, next(seq), BACKWARD_START, w, 0))
                 bwd_end[w] = t_end
                 step_bwd[w] = t_end - t
             if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
@@ -490,20 +478,10 @@ class PsRun:
                 push_net.on_release(a, now)
             elif kind == PULL_RELEASE:
                 pull_net.on_release(a, now)
-            elif kind == BACKWARD_START:
-                link = uplink[a]
-                in_backward[link] += 1
-                if in_backward[link] == 1:
-                    push_net.set_capacity(link, uplink_Bps[link] / km, now)
             elif kind == STEP_END:
                 w = a
                 k = it[w]
                 ends[w].append(now)
-                if km > 1.0:
-                    link = uplink[w]
-                    in_backward[link] -= 1
-                    if in_backward[link] == 0:
-                        push_net.set_capacity(link, uplink_Bps[link], now)
                 if sync and k > 0:
                     # w posts its pull receives now. Where shard s has not yet posted its receives
                     # of step k (so w's pushes to s wait, unwritten), w's notice is the first thing
