@@ -59,6 +59,25 @@ def test_bucket_copy_is_fitted_on_the_largest_worker_count():
     assert fit.beta_s_per_byte == pytest.approx(3e-10) and fit.alpha_s == pytest.approx(1e-5, rel=1e-3)
 
 
+def test_outcast_fit_inverts_the_head_start_formula():
+    """A lone flow takes 1 s; the second starts 0.3 s after the first. With the newcomer at weight w
+    while both move, the first finishes at 0.3 + 0.7 (1 + w); the fit gets w back per repeat (median),
+    kept within [0.01, 1], and the split of flows started together."""
+    def results(firsts):
+        n = len(firsts)
+        rank0 = {"rank": 0, "world_size": 3, "outcast": {
+            "bytes": [16_000_000], "alone_s": [1.0] * n, "head_start_s": [0.3] * n, "first_s": firsts,
+            "second_s": [2.0] * n, "together_first_s": [1.6] * n, "together_second_s": [2.0] * n}}
+        return [rank0, {"rank": 1, "world_size": 3, "outcast": {}}, {"rank": 2, "world_size": 3, "outcast": {}}]
+
+    fit = nb.outcast_from_results(results([0.3 + 0.7 * 1.2, 0.3 + 0.7 * 1.25, 0.3 + 0.7 * 1.3]))
+    assert fit.newcomer_weight == pytest.approx(0.25) and fit.first_second_together == pytest.approx(0.8)
+    assert fit.bytes == 16_000_000 and len(fit.first_s) == 3
+    assert nb.outcast_from_results(results([0.9, 0.95, 0.99])).newcomer_weight == nb.OUTCAST_MIN_WEIGHT
+    assert nb.outcast_from_results(results([2.0, 2.0, 2.0])).newcomer_weight == 1.0  # worse than equal: equal
+    assert nb.outcast_from_results([{"rank": 0, "world_size": 2, "outcast": {}}]) is None
+
+
 def test_points_take_the_slowest_rank_for_allreduce():
     results = [{"rank": r, "world_size": 2, "samples": {"allreduce": {"1000": [1.0 + r, 5.0 - r]},
                                                       "p2p": {"1000": [0.5, 0.7] if r == 0 else [float("nan")] * 2}},
@@ -127,7 +146,8 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     # 2-rank all-reduce 90 Mbit/s; the bound allows for a busy machine.
     out = tmp_path / "emu.json"
     code = main(["netbench", "--emulate", "--bandwidth", "100Mbit", "--cpu-quota", "0.6", "-o", str(out),
-                 "--workers", "2,3", "--min-size", "64kB", "--max-size", "2MB", "--points", "4", "--repeats", "3"])
+                 "--workers", "2,3", "--min-size", "64kB", "--max-size", "2MB", "--points", "4", "--repeats", "3",
+                 "--ops", "p2p,allreduce,incast,outcast"])
     assert code == 0
     net = load_network(out)
     p2p_bps = 8 / net.p2p.beta_s_per_byte
@@ -144,6 +164,13 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
         assert all(len(row) == workers - 1 and max(row) <= total for row, total in zip(point.senders_s, point.samples_s))
     assert net.sharing is not None and set(net.sharing.first_last) == {"2"}
     assert math.isfinite(net.sharing.weight_sigma) and net.sharing.weight_sigma >= 0
+    # outcast, with 3 processes: two flows share one uplink, so each takes longer than one alone, and
+    # both together take about twice as long (100 Mbit/s: they share it nearly equally, weight ~0.95)
+    fit = net.outcast
+    assert fit is not None and len(fit.first_s) == 3 and fit.bytes == 2_000_000
+    for alone, first, second, last in zip(fit.alone_s, fit.first_s, fit.second_s, fit.together_second_s):
+        assert alone < first <= second and 1.6 * alone < last < 2.6 * alone, fit
+    assert 0.0 < fit.newcomer_weight <= 1.0 and 0.0 < fit.first_second_together <= 1.0
     json.loads(out.read_text())  # plain JSON on disk
 
 

@@ -118,6 +118,32 @@ class Sharing(BaseModel):
         return values
 
 
+NEWCOMER_WEIGHT = Range(0, 1, low_open=True)  # a newcomer flow's weight relative to the flows already moving
+NewcomerWeight = Annotated[float, bounded(NEWCOMER_WEIGHT)]
+
+
+class Outcast(BaseModel):
+    """How flows out of one node share its link, from `--ops outcast` (`sgdscale.runtime.netbench`).
+
+    `newcomer_weight`: the weight, relative to a flow already leaving the node, of a flow that starts
+    while it moves (median over repeats of (t1 - d) / (L - d) - 1; recorded, not used by the
+    predictors: `sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT` says why). `first_second_together`: two flows started together, the
+    first's finish over the second's (median; 1: they finish together). The raw per-repeat times
+    (seconds from the first send, rank 0's clock) stay for the record.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    newcomer_weight: NewcomerWeight
+    first_second_together: FirstLastRatio
+    bytes: ByteCount = Field(gt=0)
+    alone_s: list[Seconds] = Field(default_factory=list)
+    head_start_s: list[Seconds] = Field(default_factory=list)
+    first_s: list[Seconds] = Field(default_factory=list)
+    second_s: list[Seconds] = Field(default_factory=list)
+    together_first_s: list[Seconds] = Field(default_factory=list)
+    together_second_s: list[Seconds] = Field(default_factory=list)
+
+
 class Network(BaseModel):
     """Fitted cost parameters plus the raw points they came from.
 
@@ -130,7 +156,8 @@ class Network(BaseModel):
     rate, weighted by `sharing` where present). `interference` and
     `cpu` (optional; files without them load as before) hold the compute/communication
     interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md);
-    `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`); `bucket_copy` (optional)
+    `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`); `outcast` (optional)
+    how flows out of one node share its link (`Outcast`); `bucket_copy` (optional)
     the wall time of copying M bytes on a node right after an all-reduce, as DDP copies its buckets
     back (`sgdscale.bucket_copies`).
     """
@@ -147,6 +174,7 @@ class Network(BaseModel):
     cpu: CpuCost | None = None
     sharing: Sharing | None = None
     bucket_copy: AlphaBeta | None = None  # copying M bytes on a node right after an all-reduce (sgdscale.bucket_copies)
+    outcast: Outcast | None = None  # how flows out of one node share its link (`Outcast`)
 
     @field_validator("allreduce", "incast")
     @classmethod

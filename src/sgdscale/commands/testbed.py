@@ -159,6 +159,11 @@ def fits_table(network) -> Table:
                 notes.append(f"CPU cost of transport ({what}): {value * 1e9:.3g} ns/B{budget}")
     if network.sharing is not None:
         notes.append(sharing_line(network.sharing))
+    if network.outcast is not None:
+        out = network.outcast
+        notes.append(f"flows out of one node ({format_bytes(out.bytes)} each): a flow started while another leaves "
+                     f"gets weight {out.newcomer_weight:.2f} of the link (1: equal sharing); started together, the "
+                     f"first done at {out.first_second_together:.2f} of the second's time")
     if notes:
         table.caption = "\n".join(notes)
     return table
@@ -184,8 +189,9 @@ def sharing_line(sharing) -> str:
 @click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
 @click.option("--ops", default="p2p,allreduce,incast", show_default=True,
               help="Which operations: p2p, allreduce, incast (N-1 senders into one node; with 3 or more "
-                   "processes it fits how unequally flows share a link), overlap (compute/communication "
-                   "interference, with the most workers).")
+                   "processes it fits how unequally flows share a link), outcast (one node sending to two, the "
+                   "second flow started later: how much of the link a newcomer gets; 3 or more processes), "
+                   "overlap (compute/communication interference, with the most workers).")
 @click.option("--overlap-size", default=None, help="All-reduce size for --ops overlap. [default: --max-size]")
 @click.option("--emulate", is_flag=True, help="Run each rank on its own node of an emulated cluster.")
 @click.option("--bandwidth", default="1Gbit", show_default=True, help="Node link rate with --emulate.")

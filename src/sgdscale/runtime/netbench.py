@@ -10,6 +10,14 @@ What is measured (gloo, CPU tensors, float32 payloads):
   flows converging on one shaped link reach less than one flow does, and this measures how much.
   Rank 0 also records when each sender's message completed (one waiting thread each): the spread says how unequally the flows shared the link (`sgdscale.comm.network.Sharing`).
   `incast_sizes` in the config (default: `sizes`) runs incast on fewer sizes.
+- outcast: how flows out of one node share its link (a shard's pulls). With 3 or more processes,
+  rank 0 sends M bytes (the largest size, or `outcast_bytes`) to rank 1 alone, then to ranks 1 and 2
+  with the second flow starting a head start of OUTCAST_HEAD_START of the lone flow's time after the
+  first, then to both at once. Each receiver acknowledges with a 4-byte message; rank 0 times the
+  acknowledgements from its start (one waiting thread each, as for incast), on its own clock only.
+  From the first flow's finish t1, the head start d and the lone flow's time L, the newcomer's weight
+  while both moved is (t1 - d) / (L - d) - 1 (`Outcast`; 0: the first flow keeps the link, 1: equal
+  sharing); started together, the first done over the second says how unequally they split.
 - overlap: compute/communication interference. Every rank runs a fixed compute loop (convolution
   and matrix products, like backward) alone, then while an all-reduce of the largest size is in
   flight; and the all-reduce alone, then while the compute loop runs in a second thread. One
@@ -45,14 +53,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sgdscale.comm.network import (AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, fit_alpha_beta,
+from sgdscale.comm.network import (AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, Outcast, fit_alpha_beta,
                                    sharing_from_points)
 from sgdscale.errors import UserError
 
 BENCH_TARGET = "sgdscale.runtime.netbench:bench_rank"
-OPS = ("p2p", "allreduce", "incast", "overlap")
+OPS = ("p2p", "allreduce", "incast", "outcast", "overlap")
 POINT_OPS = ("p2p", "allreduce", "incast")
 OVERLAP_UNITS = 8  # compute-loop units per "alone" sample
+OUTCAST_HEAD_START = 0.3  # the second flow starts this fraction of a lone flow's time after the first
+OUTCAST_MIN_WEIGHT = 0.01  # a newcomer that got nothing measurable still moves eventually
 ELEMENT_BYTES = 4  # float32
 
 
@@ -78,7 +88,7 @@ def bench_config(sizes: Sequence[int], repeats: int, warmup: int, ops: Sequence[
         raise UserError(f"--warmup must not be negative, got {warmup}")
     unknown = [op for op in ops if op not in OPS]
     if unknown or not ops:
-        raise UserError(f"unknown benchmark op(s) {', '.join(unknown) or '(none)'}; use p2p, allreduce, incast, overlap")
+        raise UserError(f"unknown benchmark op(s) {', '.join(unknown) or '(none)'}; use {', '.join(OPS)}")
     return {"sizes": [int(s) for s in sizes], "repeats": int(repeats), "warmup": int(warmup), "ops": list(ops)}
 
 
@@ -93,6 +103,8 @@ def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
     ops = [op for op in config["ops"] if op in POINT_OPS and (op == "allreduce" or world_size >= 2)]
     steps = sum(len(op_sizes(config, op)) for op in ops) * (config["repeats"] + config["warmup"])
     if "overlap" in config["ops"]:
+        steps += config["repeats"] + config["warmup"]
+    if "outcast" in config["ops"] and world_size >= 3:
         steps += config["repeats"] + config["warmup"]
     return steps
 
@@ -197,6 +209,19 @@ def bench_rank(ctx) -> dict[str, Any]:
             done += 1
             ctx.report_progress(done)
         overlap["bytes"] = [overlap_bytes]
+    outcast: dict[str, list[float]] = {}
+    if "outcast" in config["ops"] and world >= 3:
+        outcast_bytes = int(config.get("outcast_bytes") or max(config["sizes"]))
+        tensor = torch.zeros(outcast_bytes // ELEMENT_BYTES, dtype=torch.float32)
+        for repeat in range(warmup + repeats):
+            sample = _outcast_repeat(dist, rank, tensor)
+            if repeat >= warmup and sample is not None:
+                for key, value in sample.items():
+                    outcast.setdefault(key, []).append(value)
+            done += 1
+            ctx.report_progress(done)
+        if outcast:
+            outcast["bytes"] = [outcast_bytes]
     for op in config["ops"]:
         if op not in POINT_OPS or (op != "allreduce" and world < 2):
             continue
@@ -254,7 +279,7 @@ def bench_rank(ctx) -> dict[str, Any]:
             if kept_senders:
                 completions[str(nbytes)] = kept_senders
     return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
-            "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
+            "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
 
 
 def _incast_receive(dist, buffers, start: float) -> list[float]:
@@ -273,6 +298,74 @@ def _incast_receive(dist, buffers, start: float) -> list[float]:
 
     run_threads(wait_for, len(works), "incast-receive")
     return done_s
+
+
+def _outcast_repeat(dist, rank: int, tensor) -> dict[str, float] | None:
+    """One repeat of the outcast measurement (module docstring): on rank 0 the lone flow's time, the
+    head start, and when each flow finished with it and started together; None on other ranks."""
+    import torch
+
+    from sgdscale.runtime.rank import run_threads
+
+    ack = torch.zeros(1, dtype=torch.float32)
+
+    def flows(delay_of_second: float | None) -> list[float] | None:
+        """Rank 0 sends to rank 1 (and, unless None, to rank 2 that much later); when each receiver's
+        acknowledgement arrived, from the first send."""
+        receivers = [1] if delay_of_second is None else [1, 2]
+        dist.barrier()
+        if rank in receivers:
+            dist.recv(torch.empty_like(tensor), src=0)
+            dist.send(ack, dst=0)
+            return None
+        if rank != 0:
+            return None
+        acks = [torch.empty_like(ack) for _ in receivers]
+        works = [dist.irecv(buf, src=src) for src, buf in zip(receivers, acks)]
+        done_s = [math.nan] * len(receivers)
+        start = time.perf_counter()
+
+        def act(index: int) -> None:
+            if index < len(receivers):
+                works[index].wait()
+                done_s[index] = time.perf_counter() - start
+                return
+            first = dist.isend(tensor, dst=1)
+            if delay_of_second is not None:
+                time.sleep(max(0.0, start + delay_of_second - time.perf_counter()))
+                second = dist.isend(tensor, dst=2)
+                second.wait()
+            first.wait()
+
+        run_threads(act, len(receivers) + 1, "outcast")
+        return done_s
+
+    alone = flows(None)
+    head_start = OUTCAST_HEAD_START * alone[0] if rank == 0 else 0.0
+    staggered = flows(head_start)
+    together = flows(0.0)
+    if rank != 0:
+        return None
+    return {"alone_s": alone[0], "head_start_s": head_start, "first_s": staggered[0], "second_s": staggered[1],
+            "together_first_s": together[0], "together_second_s": together[1]}
+
+
+def outcast_from_results(results: Sequence[dict[str, Any]]) -> Outcast | None:
+    """Rank 0's outcast samples as `Outcast` (None: not measured). Per repeat, the newcomer's weight
+    (t1 - d) / (L - d) - 1 with L the median lone flow, kept within [OUTCAST_MIN_WEIGHT, 1]; the fit
+    is their median."""
+    samples = next((r.get("outcast") or {} for r in results if int(r["rank"]) == 0), {})
+    keys = ("alone_s", "head_start_s", "first_s", "second_s", "together_first_s", "together_second_s")
+    if not samples.get("bytes") or not all(samples.get(k) for k in keys):
+        return None
+    line = statistics.median(samples["alone_s"])
+    weights = [min(1.0, max(OUTCAST_MIN_WEIGHT, (t1 - d) / (line - d) - 1))
+               for t1, d in zip(samples["first_s"], samples["head_start_s"]) if line > d]
+    splits = [min(a, b) / max(a, b) for a, b in zip(samples["together_first_s"], samples["together_second_s"])]
+    if not weights:
+        return None
+    return Outcast(newcomer_weight=statistics.median(weights), first_second_together=statistics.median(splits),
+                   bytes=int(samples["bytes"][0]), **{k: samples[k] for k in keys})
 
 
 def points_from_results(results: Sequence[dict[str, Any]]) -> list[BenchPoint]:
@@ -353,7 +446,7 @@ def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None) -> C
 
 
 def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any],
-                interference: InterferenceFit | None = None) -> Network:
+                interference: InterferenceFit | None = None, outcast: Outcast | None = None) -> Network:
     """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
     and incast per sender count (t against the total bytes received) with the link-sharing fit."""
     incast: dict[str, AlphaBeta] = {}
@@ -381,7 +474,7 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
                    environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores),
-                   sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points))
+                   sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points), outcast=outcast)
 
 
 def copy_from_points(points: Sequence[BenchPoint]) -> AlphaBeta | None:
@@ -411,6 +504,9 @@ def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -
     if "overlap" in config["ops"]:
         wire_s = int(config.get("overlap_bytes") or max(config["sizes"])) * 8 / bandwidth_bps
         per_repeat += 2 * 2 * wire_s * 3 + 2.0  # two all-reduces, slowed, plus the compute units
+    if "outcast" in config["ops"] and workers >= 3:
+        wire_s = int(config.get("outcast_bytes") or max(config["sizes"])) * 8 / bandwidth_bps
+        per_repeat += 5 * wire_s + 0.1  # one lone flow, then two pairs
     return per_repeat * (config["repeats"] + config["warmup"])
 
 
@@ -437,16 +533,16 @@ def run_netbench(
     runs = []
     for index, count in enumerate(counts):
         run_config = dict(config)
-        # p2p in the first run only, the interference measurement in the last (most workers) only
-        run_config["ops"] = [op for op in config["ops"]
-                             if not (op == "p2p" and index > 0) and not (op == "overlap" and count != counts[-1])]
+        # p2p in the first run only, the interference and outcast measurements in the last (most workers) only
+        run_config["ops"] = [op for op in config["ops"] if not (op == "p2p" and index > 0)
+                             and not (op in ("overlap", "outcast") and count != counts[-1])]
         if not run_config["ops"]:
             continue
         runs.append((count, run_config))
     total = sum(steps_per_rank(c, n) for n, c in runs)
     done_before = 0
     points: list[BenchPoint] = []
-    interference = None
+    interference = outcast = None
     torch_version = None
     for count, run_config in runs:
         timeout_s = 60 + 3 * estimate_run_s(run_config, count, bandwidth_hint_bps)
@@ -459,6 +555,7 @@ def run_netbench(
                         on_progress=progress)
         points += points_from_results(result.results)
         interference = interference_from_results(result.results) or interference
+        outcast = outcast_from_results(result.results) or outcast
         torch_version = result.results[0].get("torch")
         done_before += steps_per_rank(run_config, count)
         if on_progress is not None:
@@ -468,7 +565,7 @@ def run_netbench(
            "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier; "
                      "incast: rank 0 from a common barrier until every sender's message arrived",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
-    return fit_network(points, source=source, environment=env, interference=interference)
+    return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast)
 
 
 def collect_results(directory: str | Path, environment: dict[str, Any] | None = None) -> Network:
@@ -488,4 +585,5 @@ def collect_results(directory: str | Path, environment: dict[str, Any] | None = 
     env = {"backend": "gloo", "torch": first.get("torch"), "hosts": sorted({r.get("host") for r in results}),
            "repeats": repeats, "mode": "cluster (torchrun)", **(environment or {})}
     return fit_network(points, source=f"netbench on {len(results)} ranks (torchrun), collected from {directory}",
-                       environment=env, interference=interference_from_results(results))
+                       environment=env, interference=interference_from_results(results),
+                       outcast=outcast_from_results(results))
