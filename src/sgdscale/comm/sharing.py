@@ -30,7 +30,7 @@ import numpy as np
 # pushes share. (Found first on set 19's async replays, `benchmarks/async_stagger.py`, where the
 # workers took turns; sets 20-22 ran with 0.1 on both links of a flow.) `sgdscale netbench --ops
 # outcast` measures it with gloo on any cluster (`Outcast` in the network file), but it is recorded,
-# not used: with 16 MB flows it ranged 0.4-0.96 on the clusters of sets 22-25 and moved 0.1-0.4
+# not used: with 16 MB flows it ranged 0.40-0.94 on the clusters of sets 22-25 and moved 0.05-0.43
 # between two runs on one cluster, and re-predicting those sets with it helped none of them
 # (`benchmarks/outcast_weight.py`, `benchmarks/results/newcomer_weight_outcast_heldout*.md`).
 NEWCOMER_SHARE_WEIGHT = 0.22
