@@ -9,7 +9,8 @@ cluster with the shard's quota raised (workers' unchanged), interleaved with the
 if the shard's CPU binds, the bigger shard runs faster.
 
     .venv/bin/python benchmarks/shard_cpu.py [--sets heldout18,heldout19,heldout20,heldout21]
-        [--run] [--profile P --bandwidth-mbit 1400 --quota 0.46] [--shard-quotas 0.46,0.92] [--rounds 2] [--tag NAME]
+        [--run] [--profile P | --model resnet18] [--bandwidth-mbit 1400 --quota 0.46] [--shard-quotas 0.46,0.92]
+        [--rounds 2] [--tag NAME]
 Raw output: benchmarks/results/shard_cpu.md (with --tag, shard_cpu-NAME.md).
 """
 
@@ -66,15 +67,24 @@ def kept_rows(sets: list[str]) -> list[str]:
 
 
 def rerun(profile: str, bandwidth_bps: float, quota: float, shard_quotas: list[float], workers: int,
-          rounds: int) -> list[str]:
+          rounds: int, model: str | None = None) -> list[str]:
+    """`model`: a real model at validate's settings instead of the profile's replay."""
+    from sgdscale.commands.validate import DEFAULT_SPECS
     from sgdscale.runtime.testbed import Testbed
-    from sgdscale.runtime.train import replay_config, run_training
+    from sgdscale.runtime.train import TrainConfig, replay_config, run_training
 
     lines = ["| round | shard quota (cores) | measured (samples/s) | shard received (cores) | shard throttled |",
              "|---:|---:|---:|---:|---:|"]
     for round_index in range(rounds):
         for shard_quota in shard_quotas:
-            config = replay_config(profile, workers=workers, strategy="ps-async", ps_count=1, iterations=45, warmup=3)
+            if model is None:
+                config = replay_config(profile, workers=workers, strategy="ps-async", ps_count=1, iterations=45,
+                                       warmup=3)
+            else:
+                spec = dict(DEFAULT_SPECS[model])
+                options = dict(spec.pop("options", ()))
+                config = TrainConfig(model=model, workers=workers, strategy="ps-async", ps_count=1, iterations=45,
+                                     warmup=3, model_options=options, **spec)
             config.bandwidth_bps, config.cpu_quota = bandwidth_bps, quota
             quotas = [quota] * workers + [shard_quota]
             with Testbed(config.world_size, bandwidth_bps, quotas, pin_cpus=True) as testbed:
@@ -91,6 +101,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sets", default="heldout18,heldout19,heldout20,heldout21")
     parser.add_argument("--run", action="store_true", help="also rerun one async case with a bigger shard")
     parser.add_argument("--profile", default=str(SET20 / "profiles" / "replay-mobilenet_v2-b16.json"))
+    parser.add_argument("--model", default=None, help="rerun a real model (validate's settings) instead of the replay")
     parser.add_argument("--bandwidth-mbit", type=float, default=1400)
     parser.add_argument("--quota", type=float, default=0.46, help="cores per worker node")
     parser.add_argument("--shard-quotas", default="0.46,0.92")
@@ -106,10 +117,11 @@ def main(argv: list[str]) -> int:
              "profile's optimizer time) x the quota, in CPU seconds.", ""]
     lines += kept_rows(args.sets.split(","))
     if args.run:
-        lines += ["", f"## {Path(args.profile).name}, async PS, {args.workers} workers, {args.bandwidth_mbit:g} Mbit/s, "
+        what = f"{args.model} (real compute)" if args.model else Path(args.profile).name
+        lines += ["", f"## {what}, async PS, {args.workers} workers, {args.bandwidth_mbit:g} Mbit/s, "
                   f"{args.quota:g} cores per worker, the shard's quota varied (interleaved)", ""]
         lines += rerun(args.profile, args.bandwidth_mbit * 1e6, args.quota,
-                       [float(q) for q in args.shard_quotas.split(",")], args.workers, args.rounds)
+                       [float(q) for q in args.shard_quotas.split(",")], args.workers, args.rounds, args.model)
     text = "\n".join(lines) + "\n"
     print(text)
     (HERE / "results" / (f"shard_cpu-{args.tag}.md" if args.tag else "shard_cpu.md")).write_text(text)
