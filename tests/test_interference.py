@@ -83,8 +83,8 @@ def test_compute_while_sending_is_the_two_body_rule_for_one_message():
     rng = np.random.default_rng(2)
     for _ in range(200):
         compute, send = rng.random() * rng.choice([0.1, 1.0]), rng.random() * rng.choice([0.1, 1.0])
-        itf = Interference(1.0 + 3.0 * rng.random(), 1.0 + 3.0 * rng.random())
-        handed, sent, end = compute_while_sending(1.0, [0.0], [0], [send], compute, 0.0, itf)
+        itf = Interference(1.0 + 3.0 * rng.random(), 1.0)  # a push is not slowed (send_while_computing.py)
+        handed, sent, end = compute_while_sending(1.0, [0.0], [0], [send], compute, 0.0, itf.compute_slowdown)
         compute_end, send_end = two_body_end_s(compute, send, itf)
         assert handed == [1.0]
         assert end == pytest.approx(1.0 + compute_end) and sent[0] == pytest.approx(1.0 + send_end)
@@ -97,7 +97,7 @@ def test_compute_while_sending_without_slowdown_is_fifo_at_full_speed():
         offsets = list(np.sort(rng.random(k)))
         sends = list(rng.random(k) * 0.2)
         free = rng.random() * 0.5
-        handed, sent, end = compute_while_sending(0.0, offsets, list(range(k)), sends, 1.0, free, Interference())
+        handed, sent, end = compute_while_sending(0.0, offsets, list(range(k)), sends, 1.0, free, 1.0)
         assert handed == pytest.approx(offsets) and end == pytest.approx(1.0)
         link = free
         for offset, send, done in zip(offsets, sends, sent):

@@ -138,8 +138,8 @@ def _pushes_slowed(groups, scale: float, backward_s: float, worker_beta: float,
     sends = [g.bytes * worker_beta for g in groups]
     order = sorted(range(len(groups)), key=offsets.__getitem__)
     compute = scale * backward_s
-    _, plain, _ = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, Interference())
-    _, slowed, end = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, interference)
+    _, plain, _ = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, 1.0)
+    _, slowed, end = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, interference.compute_slowdown)
     return end - compute, np.asarray(slowed) - np.asarray(plain)
 
 

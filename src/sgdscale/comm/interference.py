@@ -157,59 +157,40 @@ def ps_worker_interference(comm) -> Interference | None:
 
 
 def compute_while_sending(start_s: float, offsets_s: list[float], order: list[int], send_s: list[float],
-                          compute_s: float, link_free_s: float, interference: Interference
+                          compute_s: float, link_free_s: float, compute_slowdown: float
                           ) -> tuple[list[float], list[float], float]:
-    """A worker's backward that hands its pushes to its own uplink; both slow while they overlap.
+    """A worker's backward that hands its pushes to its own uplink, slowed while the uplink sends.
 
     Parameter-server form of the model (docs/interference.md, "Parameter servers"): backward
     (`compute_s` alone, from `start_s`) hands message m to the uplink when its work reaches
-    `offsets_s[m]`; the uplink sends messages FIFO in hand-over order, each `send_s[m]` of work (its
-    bytes at the link's rate), after the sends still queued at `link_free_s`. While both run, compute
-    progresses at 1/kc and sending at 1/km; once backward ends the rest is sent at full speed. The
-    sending is the node's own: the CPU a byte costs is spent where it leaves, however the network
-    then shares the flow, so the link's own rate is the clock. Returns (wall time each message is
-    handed over, wall time its last byte is sent, backward end). `order`: message indices by
-    offset. O(messages).
+    `offsets_s[m]`; the uplink sends messages FIFO in hand-over order at full speed, each for
+    `send_s[m]` (its bytes at the link's rate), after what it still sends at `link_free_s`; while it
+    sends, compute progresses at 1/`compute_slowdown`. The sending is the node's own: the CPU a byte
+    costs is spent where it leaves, however the network then shares the flow, so the link's own rate
+    is the clock. Returns (wall time each message is handed over, wall time its last byte has left,
+    backward end). `order`: message indices by offset. O(messages).
     """
-    kc, km = interference.compute_slowdown, interference.comm_slowdown
-    wall, work = start_s, 0.0
-    queue: list[tuple[int, float]] = []  # (message, its sending work left), FIFO
-    if link_free_s > start_s:
-        queue.append((-1, link_free_s - start_s))  # earlier sends still going
-    head = 0
+    kc = compute_slowdown
+    wall, work, free = start_s, 0.0, link_free_s
     handed = [0.0] * len(offsets_s)
     sent = [0.0] * len(offsets_s)
-
-    def run_until(target: float, computing: bool) -> None:
-        """Advance to compute work `target` (computing) or until the queue drains (not computing)."""
-        nonlocal wall, work, head
-        rate_c, rate_m = (1.0 / kc, 1.0 / km) if computing else (0.0, 1.0)
-        while head < len(queue) and (not computing or work < target):
-            m, left = queue[head]
-            if computing and (target - work) / rate_c < left / rate_m:  # compute reaches target first
-                dt = (target - work) / rate_c
-                queue[head] = (m, left - dt * rate_m)
-                wall += dt
+    for m in [*order, -1]:  # -1: backward's end
+        target = compute_s if m < 0 else offsets_s[m]
+        if target > work and wall < free:  # the link sends: compute at 1/kc until it stops or reaches the target
+            gained = (free - wall) / kc
+            if work + gained >= target:
+                wall += (target - work) * kc
                 work = target
-                return
-            dt = left / rate_m
-            wall += dt
-            work += dt * rate_c
-            if m >= 0:
-                sent[m] = wall
-            head += 1
-        if computing and work < target:  # the link is idle: compute at full speed
+            else:
+                wall, work = free, work + gained
+        if target > work:  # the link is idle: full speed
             wall += target - work
             work = target
-
-    for m in order:
-        run_until(offsets_s[m], True)
-        handed[m] = wall
-        queue.append((m, send_s[m]))
-    run_until(compute_s, True)
-    end = wall
-    run_until(0.0, False)
-    return handed, sent, end
+        if m >= 0:
+            handed[m] = wall
+            free = (free if free > wall else wall) + send_s[m]
+            sent[m] = free
+    return handed, sent, wall
 
 
 def overlap_end_s(heads_s: list[float], pre_s: float, comm_s: list[float], interference: Interference) -> float:

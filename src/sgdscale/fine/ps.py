@@ -266,6 +266,7 @@ class PsRun:
         step_bwd = [0.0] * n  # how long it took (longer than the profile's under interference)
         # Interference: up_free[w], when w's uplink has sent what it was handed (compute_while_sending).
         itf, send_s, up_free = self.interference, self.send_s, [0.0] * n
+        kc = itf.compute_slowdown if itf is not None else 1.0
         alpha_s = self.alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -324,7 +325,7 @@ class PsRun:
                     t_end = t + bwd
                     handed = None
                 else:  # backward slowed while the worker's own uplink sends (comm.interference)
-                    handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w], itf)
+                    handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w], kc)
                     if order:
                         up_free[w] = sent[order[-1]]
                 bwd_end[w] = t_end
