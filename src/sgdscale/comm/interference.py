@@ -285,8 +285,8 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
     comm = with_interference(comm, model)
     if model is not None:
         notes.append(f"interference (measured): compute {model.compute_slowdown:.2f}x slower while a collective "
-                     f"runs, a collective {model.comm_slowdown:.2f}x slower while compute runs "
-                     "(--no-interference to leave it out)")
+                     f"runs or a parameter-server worker sends its pushes, a collective {model.comm_slowdown:.2f}x "
+                     "slower while compute runs (pushes keep their speed) (--no-interference to leave it out)")
     if network is None:
         notes.append("nominal network figures (no --network FILE): " + TYPICAL_MEASURED_NOTE
                      + "; measure yours with "
