@@ -2,7 +2,7 @@
 
 A PS worker's backward hands its pushes to its own uplink as gradients become ready; gloo's sends
 and the kernel's TCP work then share the node's CPU with the backward still running, which slows
-(`sgdscale.comm.interference.ps_worker_interference`, `compute_while_sending`). This re-predicts the
+(`sgdscale.comm.interference.ps_compute_slowdown`, `compute_while_sending`). This re-predicts the
 kept runs of the named sets (nothing rerun, results.json untouched) without interference (the PS
 methods before it) and with it. Replays sleep instead of computing and are predicted without
 interference either way. At f83a424 a third way also slowed the sends by the file's communication
@@ -31,12 +31,11 @@ HERE = Path(__file__).resolve().parent
 SETS = ",".join(f"heldout{i}" for i in range(6, 25))
 
 
-def ps_interference(model):
-    """The PS predictors given `model(their interference or None)` instead of theirs."""
+def without_ps_interference():
+    """The PS predictors as before the change: no compute slowdown reaches them."""
     stack = contextlib.ExitStack()
     for module in (fine_ps, coarse_models):
-        of = module.ps_worker_interference
-        stack.enter_context(mock.patch.object(module, "ps_worker_interference", lambda comm, of=of: model(of(comm))))
+        stack.enter_context(mock.patch.object(module, "ps_compute_slowdown", lambda comm: None))
     return stack
 
 
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kind", default="real", help="replay, real or all")
     parser.add_argument("--output", default="ps_interference")
     args = parser.parse_args(argv)
-    variants = [("without", f"{args.method}, without", lambda: ps_interference(lambda model: None)),
+    variants = [("without", f"{args.method}, without", without_ps_interference),
                 ("backward slowed", f"{args.method}, backward slowed while sending", contextlib.nullcontext)]
     text = variant_table(argv, "ps_interference.py",
                          f"Kept PS runs re-predicted by the {args.method} method with and without interference on workers",

@@ -23,13 +23,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import (
-    Interference,
-    compute_while_sending,
-    interference_of,
-    overlap_end_s,
-    ps_worker_interference,
-)
+from sgdscale.comm.interference import compute_while_sending, interference_of, overlap_end_s, ps_compute_slowdown
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale.profile import Profile
@@ -129,7 +123,7 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
 # --------------------------------------------------------------------------- parameter server
 
 def _pushes_slowed(groups, scale: float, backward_s: float, worker_beta: float,
-                   interference: Interference) -> tuple[float, np.ndarray]:
+                   compute_slowdown: float) -> tuple[float, np.ndarray]:
     """What interference does to a mean worker's backward and pushes (`compute_while_sending`, as
     the fine method): (how much longer its backward takes, per group how much later its send ends
     on the worker's own uplink than without interference: its hand-over comes later). The models
@@ -139,7 +133,7 @@ def _pushes_slowed(groups, scale: float, backward_s: float, worker_beta: float,
     order = sorted(range(len(groups)), key=offsets.__getitem__)
     compute = scale * backward_s
     _, plain, _ = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, 1.0)
-    _, slowed, end = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, interference.compute_slowdown)
+    _, slowed, end = compute_while_sending(0.0, offsets, order, sends, compute, 0.0, compute_slowdown)
     return end - compute, np.asarray(slowed) - np.asarray(plain)
 
 
@@ -213,10 +207,10 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         groups = group_gradients(profile, strategy, costs.topology, n)
         sizes = [float(g.bytes) for g in groups]
         ready, _ = head_max_means(profile, cluster, variability, groups)
-        interference = ps_worker_interference(comm)
-        if interference is not None:  # backward and its own pushes slow each other (comm.interference)
+        slowdown = ps_compute_slowdown(comm)
+        if slowdown is not None:  # backward slowed while the worker sends its pushes (comm.interference)
             slowed_s, later = _pushes_slowed(groups, float(scales.max()), profile.backward_s,
-                                             float(costs.worker_betas.max()), interference)
+                                             float(costs.worker_betas.max()), slowdown)
             ready = list(np.asarray(ready) + later)
         server_pull = hz.split_by_bytes(float(shard_nic_s.max(initial=0.0)), sizes)
         # the early workers' lead shortens the step only where the shard's NIC binds, not a worker's own link
@@ -288,12 +282,13 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     costs = _ServerCosts(profile, cluster, strategy, comm)
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean
-    groups = group_gradients(profile, strategy, costs.topology, n) if costs.total_bytes > 0 else []
-    interference = ps_worker_interference(comm) if heuristics and groups else None
+    # the pipeline heuristic's message groups (heuristics only), and what interference does to them
+    groups = group_gradients(profile, strategy, costs.topology, n) if heuristics and costs.total_bytes > 0 else []
+    slowdown = ps_compute_slowdown(comm) if groups else None
     later, slowed_s = np.zeros(len(groups)), 0.0
-    if interference is not None:  # backward and its own pushes slow each other (comm.interference)
+    if slowdown is not None:  # backward slowed while the worker sends its pushes (comm.interference)
         slowed_s, later = _pushes_slowed(groups, float(scales.mean()), profile.backward_s,
-                                         float(costs.worker_betas.mean()), interference)
+                                         float(costs.worker_betas.mean()), slowdown)
         compute += slowed_s
 
     nic, worker_nic = costs.async_nic_demands()

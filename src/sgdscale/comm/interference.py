@@ -138,9 +138,9 @@ def stream_with_interference(ready_s: np.ndarray, costs_s: np.ndarray, backward_
     return starts, ends, backward_end
 
 
-def ps_worker_interference(comm) -> Interference | None:
-    """What a parameter-server worker's backward and its own pushes do to each other: backward runs
-    at 1/compute_slowdown while the worker sends; the sends keep their speed (comm_slowdown 1).
+def ps_compute_slowdown(comm) -> float | None:
+    """How much slower a parameter-server worker's backward runs while the worker sends its pushes
+    (None: not at all); the sends keep their speed (the file's comm_slowdown does not apply).
 
     Measured on the PS pattern itself (`benchmarks/send_while_computing.py`, 47 MB in 62 tensors over
     gloo, 1.7 Gbit/s at 0.43 cores and 1.25 Gbit/s at 0.47): netbench's compute loop ran 1.44x and
@@ -151,9 +151,7 @@ def ps_worker_interference(comm) -> Interference | None:
     first pushes arrive during backward).
     """
     model = interference_of(comm)
-    if model is None or model.compute_slowdown == 1.0:
-        return None
-    return Interference(model.compute_slowdown, 1.0)
+    return None if model is None or model.compute_slowdown == 1.0 else model.compute_slowdown
 
 
 def compute_while_sending(start_s: float, offsets_s: list[float], order: list[int], send_s: list[float],

@@ -38,7 +38,7 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s over 20
   steps, 4.70 s over 200), a state the runtime's server never allows.
 
-- interference (a network file's measured compute slowdown, `comm.interference.ps_worker_interference`):
+- interference (a network file's measured compute slowdown, `comm.interference.ps_compute_slowdown`):
   a worker's backward runs slower while its own uplink sends its pushes (`compute_while_sending`
   gives the slowed backward end and hand-over times; the sends keep their speed, as measured).
 
@@ -76,7 +76,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.interference import compute_while_sending, ps_worker_interference
+from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
 from sgdscale.comm.topology import Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -174,7 +174,7 @@ class PsRun:
         newcomer = topology.nic.newcomer_share_weight
         star = star and not links.shared_nics
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
-        self.interference = ps_worker_interference(topology.nic)
+        self.compute_slowdown = ps_compute_slowdown(topology.nic)
 
         def network(caps, pairs, kinds, hubs, key_offset):
             if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
@@ -265,8 +265,7 @@ class PsRun:
         bwd_end = [0.0] * n  # when the worker's backward of its current step ends (it posts its pulls)
         step_bwd = [0.0] * n  # how long it took (longer than the profile's under interference)
         # Interference: up_free[w], when w's uplink has sent what it was handed (compute_while_sending).
-        itf, send_s, up_free = self.interference, self.send_s, [0.0] * n
-        kc = itf.compute_slowdown if itf is not None else 1.0
+        kc, send_s, up_free = self.compute_slowdown, self.send_s, [0.0] * n
         alpha_s = self.alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -321,7 +320,7 @@ class PsRun:
             nxt[w] = j
             if j == L:
                 _, _, bwd, rel, _, _, order = tab[w]
-                if itf is None:
+                if kc is None:
                     t_end = t + bwd
                     handed = None
                 else:  # backward slowed while the worker's own uplink sends (comm.interference)

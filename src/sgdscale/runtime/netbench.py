@@ -244,7 +244,7 @@ def bench_rank(ctx) -> dict[str, Any]:
                 elif op == "incast":
                     if rank == 0:
                         buffers = [torch.empty_like(tensor) for _ in range(1, world)]
-                        senders_s = _incast_receive(dist, buffers, start)
+                        senders_s = _timed_receives(dist, range(1, world), buffers, start)
                         elapsed = time.perf_counter() - start
                     else:
                         dist.send(tensor, dst=0)
@@ -282,21 +282,26 @@ def bench_rank(ctx) -> dict[str, Any]:
             "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
 
 
-def _incast_receive(dist, buffers, start: float) -> list[float]:
-    """Receive one message from each of ranks 1..N-1 into `buffers`; return when each completed (s
-    after `start`, in rank order). One waiting thread per receive: a blocking wait on one would hide
-    when the others finished, and gloo's `is_completed()` on a receive stays False until `wait()`
-    (polling it never returns)."""
+def _timed_receives(dist, sources: Sequence[int], buffers, start: float,
+                    meanwhile: Callable[[], None] | None = None) -> list[float]:
+    """Receive one message from each of `sources` into `buffers`, running `meanwhile` (the sends the
+    receives answer, if any) beside them; return when each receive completed (s after `start`, in
+    source order). One waiting thread per receive: a blocking wait on one would hide when the others
+    finished, and gloo's `is_completed()` on a receive stays False until `wait()` (polling it never
+    returns)."""
     from sgdscale.runtime.rank import run_threads
 
-    works = [dist.irecv(buf, src=src) for src, buf in enumerate(buffers, start=1)]
+    works = [dist.irecv(buf, src=src) for src, buf in zip(sources, buffers)]
     done_s: list[float] = [math.nan] * len(works)
 
-    def wait_for(index: int) -> None:
+    def act(index: int) -> None:
+        if index == len(works):
+            meanwhile()
+            return
         works[index].wait()
         done_s[index] = time.perf_counter() - start
 
-    run_threads(wait_for, len(works), "incast-receive")
+    run_threads(act, len(works) + (meanwhile is not None), "timed-receive")
     return done_s
 
 
@@ -304,8 +309,6 @@ def _outcast_repeat(dist, rank: int, tensor) -> dict[str, float] | None:
     """One repeat of the outcast measurement (module docstring): on rank 0 the lone flow's time, the
     head start, and when each flow finished with it and started together; None on other ranks."""
     import torch
-
-    from sgdscale.runtime.rank import run_threads
 
     ack = torch.zeros(1, dtype=torch.float32)
 
@@ -320,25 +323,16 @@ def _outcast_repeat(dist, rank: int, tensor) -> dict[str, float] | None:
             return None
         if rank != 0:
             return None
-        acks = [torch.empty_like(ack) for _ in receivers]
-        works = [dist.irecv(buf, src=src) for src, buf in zip(receivers, acks)]
-        done_s = [math.nan] * len(receivers)
         start = time.perf_counter()
 
-        def act(index: int) -> None:
-            if index < len(receivers):
-                works[index].wait()
-                done_s[index] = time.perf_counter() - start
-                return
+        def send() -> None:
             first = dist.isend(tensor, dst=1)
             if delay_of_second is not None:
                 time.sleep(max(0.0, start + delay_of_second - time.perf_counter()))
-                second = dist.isend(tensor, dst=2)
-                second.wait()
+                dist.isend(tensor, dst=2).wait()
             first.wait()
 
-        run_threads(act, len(receivers) + 1, "outcast")
-        return done_s
+        return _timed_receives(dist, receivers, [torch.empty_like(ack) for _ in receivers], start, send)
 
     alone = flows(None)
     head_start = OUTCAST_HEAD_START * alone[0] if rank == 0 else 0.0
