@@ -75,6 +75,7 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
              "| set | case | measured (samples/s) | " + " | ".join(header for header, _, _ in variants) + " |",
              "|---|---|---:|" + "---:|" * len(variants)]
     errors: dict[str, list[float]] = {name: [] for _, name, _ in variants}
+    by_strategy: dict[str, dict[str, list[float]]] = {}  # strategy -> variant -> errors
     loading = (mock.patch.object(comm_package, "load_network", lambda path: refitted(str(path))) if refit
                else contextlib.nullcontext())
     with loading:
@@ -87,10 +88,14 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
                     predicted = statistics.median(current(validator, case, run.get("round", 0), [method])[method]
                                                   for run in runs)
                 errors[name].append(predicted / measured - 1)
+                by_strategy.setdefault(case.strategy, {}).setdefault(name, []).append(errors[name][-1])
                 row.append(f"{errors[name][-1]:+.1%}")
             lines.append(f"| {set_name} | {case.key} | {measured:.1f} | " + " | ".join(row) + " |")
             print(lines[-1], flush=True)
     lines += error_summary(errors)
+    if len(by_strategy) > 1:
+        lines += error_summary({f"{strategy}: {name}": values for strategy, named in sorted(by_strategy.items())
+                                for name, values in named.items()})[1:]
     text = "\n".join(lines) + "\n"
     print(text)
     return text

@@ -153,7 +153,7 @@ def _notices_ahead_of_pushes(sigma):
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=1, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
     strategy = Strategy(kind="ps-sync", grouping="per-tensor")
-    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma)
+    comm = dataclasses.replace(comm_for(cluster), share_weight_sigma=sigma, newcomer_share_weight=1.0)
     sampler = ComputeSampler(profile, cluster, seed=11, variability=False)
     rows = np.zeros((6, 3), dtype=int)
     fwd = sampler.forward_table_s[rows] * sampler.scale[None, :, None]
@@ -175,8 +175,8 @@ def _notices_ahead_of_pushes(sigma):
 
 
 def test_a_notice_goes_ahead_of_pushes_only_when_the_shard_has_not_posted():
-    """Equal sharing: every worker gets its parameters at once, the shard has posted before anyone
-    ends backward, every notice follows the pushes. Unequal sharing: some workers start early,
+    """Equal sharing (and no incumbents first): every worker gets its parameters at once, the shard
+    has posted before anyone ends backward, every notice follows the pushes. Unequal sharing: some workers start early,
     end backward before the shard posts, and their notices overtake their waiting pushes."""
     assert _notices_ahead_of_pushes(0.0) == 0
     assert _notices_ahead_of_pushes(1.0) > 0
@@ -188,11 +188,11 @@ EQUAL_TENSORS = Profile(
                   params=[ParamTensor(name=f"l{i}.w", numel=100_000, bytes=400_000)]) for i in range(12)])
 
 
-def _throughput(kind, workers, bandwidth, shards, server_bw=None, profile=None, iterations=15):
+def _throughput(kind, workers, bandwidth, shards, server_bw=None, profile=None, iterations=15, warmup=3):
     profile = profile or make_profile(layers=6, optimizer_s=0.004)
     cluster = Cluster(workers, bandwidth_bps=bandwidth, latency_s=2e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     return simulate_des(profile, cluster, Strategy(kind=kind, grouping="per-tensor"), comm_for(cluster),
-                        iterations=iterations, warmup=3, variability=False).throughput
+                        iterations=iterations, warmup=warmup, variability=False).throughput
 
 
 @HYPOTHESIS
@@ -219,10 +219,12 @@ def test_throughput_non_decreasing_in_server_count(workers, shards, bw, kind):
     placement balances them (equal tensors: a shard's load ceil(T/S) never grows with S).
 
     Not a law of the model in general: round-robin over uneven tensors can load one shard more
-    with more shards.
+    with more shards. A law of the steady state: with the flows already moving keeping their link,
+    async workers take tens of steps to settle into turns (found by this test: 2 workers, 3 shards
+    after 3 warm-up steps ran 2.9% below 2 shards over the next 15, and 2.6% above after 30).
     """
-    fewer = _throughput(kind, workers, bw, shards, server_bw=bw / 4, profile=EQUAL_TENSORS)
-    more = _throughput(kind, workers, bw, shards + 1, server_bw=bw / 4, profile=EQUAL_TENSORS)
+    fewer = _throughput(kind, workers, bw, shards, server_bw=bw / 4, profile=EQUAL_TENSORS, warmup=30)
+    more = _throughput(kind, workers, bw, shards + 1, server_bw=bw / 4, profile=EQUAL_TENSORS, warmup=30)
     assert more >= fewer * (1 - 1e-6)
 
 
@@ -352,5 +354,27 @@ def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, 
         sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
         # Weighted sharing keeps the shortcut, except on server NICs faster than the workers'.
         assert (type(sim.push_net) is StarNetwork) == (star and ((sigma == 0.0 and newcomer == 1.0) or server_bw <= 1e9))
+        ends.append(np.array(sim.ends))
+    np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+@pytest.mark.parametrize("workers", [2, 4])
+def test_nominal_figures_with_deterministic_compute_do_not_hinge_on_event_order(kind, workers):
+    """Nominal figures carry the incumbents-first rule with no measured sigma; replay-like compute
+    (no variability, equal tensors) makes messages end and start at the same instants. The
+    tie-breaking sigma (sgdscale.comm.sharing.TIE_BREAK_SIGMA) keeps the star shortcut and the
+    general network, which handle such ties in different orders, on one answer."""
+    cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=1)
+    strategy = Strategy(kind=kind, grouping="per-tensor")
+    comm = comm_for(cluster)
+    assert comm.share_weight_sigma == 0.0 and comm.newcomer_share_weight < 1.0
+    plan = ps_plan(EQUAL_TENSORS, cluster, strategy, comm)
+    ends = []
+    for star in (True, False):
+        sampler = ComputeSampler(EQUAL_TENSORS, cluster, seed=5, variability=False)
+        rows = np.zeros((30, workers), dtype=int)
+        sim = run_ps(EQUAL_TENSORS, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
+        assert (type(sim.push_net) is StarNetwork) == star
         ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)

@@ -112,7 +112,19 @@ def test_without_grad_ready_times_tensors_are_ready_when_their_layer_backward_en
 
 
 def _local_steps(profile: Profile, compute: str, steps: int = 8) -> tuple[list[float], float]:
-    """Step times (forward + backward + optimizer) after 2 warm-up steps, and the CPU share."""
+    """Step times (forward + backward + optimizer) after 2 warm-up steps, and the CPU share, with one
+    intra-op thread as every rank runs (`sgdscale.runtime.rank`, --threads 1): with torch's default
+    of one per core, an idle OpenMP thread spins between the tiny ops on some hosts (measured on an
+    AMD EPYC VM: 0.34-0.38 of the wall time in CPU for a sleeping replay, 0.09 with one thread)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _timed_local_steps(profile, compute, steps)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _timed_local_steps(profile: Profile, compute: str, steps: int) -> tuple[list[float], float]:
     replay = build_replay(profile.to_json(), compute)
     module = replay.module
     x, _ = replay_batch(1)

@@ -15,7 +15,7 @@ from sgdscale.cli import main
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.network import (SHARING_MIN_BYTES, AlphaBeta, BenchPoint, Network, Sharing, fit_share_weight_sigma,
                                    sharing_from_points, startup_s)
-from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT, first_over_last
+from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT, TIE_BREAK_SIGMA, first_over_last, simulated_weight_sigma
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.runtime import netbench as nb
 
@@ -220,11 +220,18 @@ def test_a_prediction_says_when_it_shares_links_unequally(tmp_path, capsys):
         assert comm["share_weight_sigma"] == 0.2 and comm["newcomer_share_weight"] == NEWCOMER_SHARE_WEIGHT == 0.22
 
 
-def test_the_flows_already_moving_go_first_only_where_sharing_was_measured():
-    """A network file with a sharing fit gives the newcomer weight; without one (or nominal
-    figures) every started flow shares equally, as before."""
+def test_the_flows_already_moving_go_first_in_every_prediction():
+    """The newcomer weight is TCP's, not one cluster's: a network file with a sharing fit, one
+    without, and nominal figures all carry it; only the measured sigma differs."""
     measured = Network(source="x", p2p=P2P, sharing=Sharing(weight_sigma=0.2, first_last={"4": 0.85},
                                                              repeats={"4": 8}, bytes=[4_000_000]))
-    assert CommModel.from_network(measured).newcomer_share_weight == NEWCOMER_SHARE_WEIGHT
-    assert CommModel.from_network(Network(source="x", p2p=P2P)).newcomer_share_weight == 1.0
-    assert CommModel.from_link(1e9, 1e-5).newcomer_share_weight == 1.0
+    for comm in (CommModel.from_network(measured), CommModel.from_network(Network(source="x", p2p=P2P)),
+                 CommModel.from_link(1e9, 1e-5)):
+        assert comm.newcomer_share_weight == NEWCOMER_SHARE_WEIGHT
+    assert CommModel.from_link(1e9, 1e-5).share_weight_sigma == 0.0
+
+
+def test_equal_weights_get_the_tie_breaker_only_under_the_incumbents_rule():
+    assert simulated_weight_sigma(0.3, NEWCOMER_SHARE_WEIGHT) == 0.3
+    assert simulated_weight_sigma(0.0, NEWCOMER_SHARE_WEIGHT) == TIE_BREAK_SIGMA > 0
+    assert simulated_weight_sigma(0.0, 1.0) == 0.0

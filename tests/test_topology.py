@@ -8,6 +8,7 @@ collective (or push + update + pull) with nothing hidden.
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 
@@ -38,6 +39,12 @@ def cluster(workers=4, gpus=2, **kw) -> Cluster:
 
 def comm() -> CommModel:
     return CommModel.from_link(10e9, A_E)
+
+
+def equal_sharing() -> CommModel:
+    """`comm()` with flows sharing links exactly equally, no incumbents first (nor its tie-breaking
+    sigma, sgdscale.comm.sharing): what the hand-computed steps below assume."""
+    return dataclasses.replace(comm(), newcomer_share_weight=1.0)
 
 
 M = 8 * MB
@@ -140,7 +147,7 @@ def test_hand_colocated_ps_two_nodes_two_devices(method):
     out to the other shard: 8 MB each way at 1.25 GB/s = 6.4 ms; the local pushes cross the
     intra-node link (2 x 4 MB at 10 GB/s = 0.8 ms) and never touch the NIC."""
     strategy = Strategy(kind="ps-sync", grouping="single", ps_placement="colocated")
-    result = predict(toy(), cluster(), strategy, comm(), [4], [method], iterations=20, warmup=2,
+    result = predict(toy(), cluster(), strategy, equal_sharing(), [4], [method], iterations=20, warmup=2,
                      variability=False).results[0]
     transfer = A_E + 2 * 4 * MB * B_E
     step = PRE_S + transfer + UPDATE_S + transfer
@@ -160,7 +167,7 @@ def test_hand_dedicated_ps_shares_the_node_nic(method):
     """Two dedicated shards: each server NIC receives 4 devices x 4 MB, each node NIC sends its 2
     devices' 8 MB: 16 MB at 1.25 GB/s = 12.8 ms each way (twice the colocated case)."""
     strategy = Strategy(kind="ps-sync", grouping="single")
-    result = predict(toy(), cluster(ps_count=2), strategy, comm(), [4], [method], iterations=20, warmup=2,
+    result = predict(toy(), cluster(ps_count=2), strategy, equal_sharing(), [4], [method], iterations=20, warmup=2,
                      variability=False).results[0]
     transfer = A_E + 16 * MB * B_E
     step = PRE_S + transfer + UPDATE_S + transfer

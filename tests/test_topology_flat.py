@@ -22,7 +22,10 @@ coarse all-reduce entries of `mlp-mgwfbp`
 2263 -> 2023; fine 2008) when it took every term of the WFBP recurrence. Every other entry is still
 the pre-topology recording. DDP's bucket copies (`sgdscale.bucket_copies`) came after the
 recording and are not what this checks: every case runs with a measured copy cost of 0; nor is DDP's
-buffer broadcast (`sgdscale.bucket_copies.buffer_broadcast_s`): every profile runs without buffers.
+buffer broadcast (`sgdscale.bucket_copies.buffer_broadcast_s`): every profile runs without buffers; nor
+is the incumbents-first rule for nominal figures and files without a sharing fit
+(`sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`, in every prediction since set 25): every case runs
+with equal sharing, as all of them did when recorded (none has a sharing fit).
 """
 
 import dataclasses
@@ -53,7 +56,8 @@ def _run(case, allreduce="flat"):
         ckw["latency_s"] = net.p2p.alpha_s
     else:
         comm = CommModel.from_link(ckw.get("bandwidth_bps", 10e9), ckw.get("latency_s", 20e-6), strategy.algorithm)
-    comm = dataclasses.replace(comm, copy_s_per_byte=0.0)  # no bucket copies (module docstring)
+    # no bucket copies, flows share equally (module docstring)
+    comm = dataclasses.replace(comm, copy_s_per_byte=0.0, newcomer_share_weight=1.0)
     profile = load_profile(prof).model_copy(update={"buffer_bytes": 0})  # no DDP buffer broadcast (docstring)
     return predict(profile, Cluster(**ckw), strategy, comm, counts, iterations=20, warmup=3)
 

@@ -49,10 +49,10 @@ class CommModel:
     # (sgdscale.comm.network.Sharing; 0: equal sharing).
     share_weight_sigma: float = 0.0
     # Weight of a flow that starts while other flows already leave its sender's node, relative to
-    # them (sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT; 1: no priority). Only with link sharing
-    # measured (share_weight_sigma > 0): a nominal link, or a file without a sharing fit, says nothing
-    # of how flows share, and with equal weights the rule would hinge on the order of simultaneous events.
-    newcomer_share_weight: float = 1.0
+    # them (sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT, measured with TCP; 1: no priority). For
+    # nominal figures and every network file alike: it is how TCP flows out of one host share, not
+    # a property of one cluster (`benchmarks/unmeasured_newcomer.py`).
+    newcomer_share_weight: float = NEWCOMER_SHARE_WEIGHT
     # Measured wall seconds per byte of copying a gradient on a worker (DDP's bucket copies,
     # sgdscale.bucket_copies; None: not measured, the profile's own memory rate stands in).
     copy_s_per_byte: float | None = None
@@ -76,8 +76,7 @@ class CommModel:
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
         copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
-                   Interference.from_network(network), server_cpu, sigma,
-                   NEWCOMER_SHARE_WEIGHT if sigma > 0.0 else 1.0, copy)
+                   Interference.from_network(network), server_cpu, sigma, NEWCOMER_SHARE_WEIGHT, copy)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.sharing import simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale.fine.engine import Dag
 from sgdscale.fine.events import EventQueue
@@ -113,8 +114,10 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     # 2n..2n+S-1 server up, 2n+S..2n+2S-1 server down.
     caps = worker_Bps + worker_Bps + [server_Bps] * (2 * shards)
     # The same weights as the fast loop's two networks: pushes are connections 0..nS-1, pulls nS...
-    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=topology.nic.share_weight_sigma, seed=seed,
-                      newcomer_weight=topology.nic.newcomer_share_weight)
+    newcomer = topology.nic.newcomer_share_weight
+    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=simulated_weight_sigma(topology.nic.share_weight_sigma,
+                                                                                           newcomer),
+                      seed=seed, newcomer_weight=newcomer)
     push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, w if half_duplex_pairs else n + w) for w in range(n)]
             for s in range(shards)]

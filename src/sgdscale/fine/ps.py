@@ -77,6 +77,7 @@ import numpy as np
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
+from sgdscale.comm.sharing import simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -170,8 +171,8 @@ class PsRun:
         pull_pairs = [links.pull_pairs[s][w] for s in range(shards) for w in range(n)]
 
         # NICs shared by several devices or colocated servers are not stars: general network.
-        sigma = topology.nic.share_weight_sigma
         newcomer = topology.nic.newcomer_share_weight
+        sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
         star = star and not links.shared_nics
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
         self.compute_slowdown = ps_compute_slowdown(topology.nic)
