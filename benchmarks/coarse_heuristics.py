@@ -11,6 +11,7 @@ Accuracy only, no timing claims, so it needs no CPU lock.
 
     .venv/bin/python benchmarks/coarse_heuristics.py            # full grid
     .venv/bin/python benchmarks/coarse_heuristics.py --quick    # a small grid (smoke run)
+    .venv/bin/python benchmarks/coarse_heuristics.py --strategies ps-sync,ps-async --output coarse_heuristics_ps
 """
 
 from __future__ import annotations
@@ -43,14 +44,14 @@ STRATEGIES = {
 }
 
 
-def run(quick: bool) -> dict:
+def run(quick: bool, strategies: dict[str, Strategy] = STRATEGIES) -> dict:
     models = ["resnet50", "mobilenet_v2", "gpt2"] if quick else builtin_profile_names()
     bandwidths = [1e9, 10e9] if quick else [1e9, 10e9, 40e9]
     workers = [2, 8] if quick else [2, 4, 8, 16, 32]
     variabilities = [False, True]
     latency_s = 20e-6
     cases, skipped = [], {}
-    total = len(models) * len(bandwidths) * len(workers) * len(STRATEGIES) * len(variabilities)
+    total = len(models) * len(bandwidths) * len(workers) * len(strategies) * len(variabilities)
     with Progress() as progress:
         task = progress.add_task("coarse vs fine", total=total)
         for model in models:
@@ -59,7 +60,7 @@ def run(quick: bool) -> dict:
                 comm = CommModel.from_link(bps, latency_s)
                 for n in workers:
                     cluster = Cluster(n, bandwidth_bps=bps, latency_s=latency_s, ps_count=1)
-                    for label, strategy in STRATEGIES.items():
+                    for label, strategy in strategies.items():
                         for variability in variabilities:
                             progress.advance(task)
                             if label in skipped:
@@ -91,7 +92,7 @@ def run(quick: bool) -> dict:
         "quick": quick,
         "machine": platform.platform(),
         "grid": {"models": models, "bandwidths_bps": bandwidths, "workers": workers,
-                 "strategies": list(STRATEGIES), "latency_s": latency_s, "fine_iterations": 60,
+                 "strategies": list(strategies), "latency_s": latency_s, "fine_iterations": 60,
                  "fine_warmup": 10, "variability": variabilities},
         "skipped": skipped,
         "cases": cases,
@@ -109,8 +110,9 @@ def markdown(data: dict) -> str:
         "",
         "Relative throughput difference of the coarse model against the fine-grained predictor,",
         "(coarse - fine) / fine, with heuristics (`heuristics=True`, the default) and without",
-        "(phases strictly in sequence). Raw cases: `coarse_heuristics.json`; produced by",
-        "`benchmarks/coarse_heuristics.py`" + (" --quick" if data["quick"] else "") + ".",
+        f"(phases strictly in sequence). Raw cases: `{data['grid'].get('output', 'coarse_heuristics')}.json`; produced by",
+        "`benchmarks/coarse_heuristics.py`" + (" --quick" if data["quick"] else "")
+        + "".join(f" --{k} {v}" for k, v in data["grid"].get("options", {}).items()) + ".",
         "",
         f"Grid: models {', '.join(data['grid']['models'])}; bandwidths "
         f"{', '.join(f'{b / 1e9:g} Gbit/s' for b in data['grid']['bandwidths_bps'])}; workers "
@@ -150,14 +152,20 @@ def markdown(data: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small grid (smoke run)")
+    parser.add_argument("--strategies", help=f"comma-separated subset of {', '.join(STRATEGIES)}")
+    parser.add_argument("--output", default="coarse_heuristics", help="results name")
     args = parser.parse_args()
-    data = run(args.quick)
+    chosen = {k: STRATEGIES[k] for k in args.strategies.split(",")} if args.strategies else STRATEGIES
+    data = run(args.quick, chosen)
+    if args.strategies or args.output != "coarse_heuristics":
+        data["grid"]["output"] = args.output
+        data["grid"]["options"] = {"strategies": args.strategies, "output": args.output}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(RESULTS / "coarse_heuristics.json", data)
+    write_json_atomic(RESULTS / f"{args.output}.json", data)
     text = markdown(data)
-    tmp = RESULTS / ".coarse_heuristics.md.tmp"
+    tmp = RESULTS / f".{args.output}.md.tmp"
     tmp.write_text(text)
-    tmp.replace(RESULTS / "coarse_heuristics.md")
+    tmp.replace(RESULTS / f"{args.output}.md")
     print(text)
 
 

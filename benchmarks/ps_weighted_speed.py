@@ -19,6 +19,9 @@ leave for the general network while few connections share a hub) writes ps_weigh
 `--newcomer W` (0.1, later 0.22) instead compares this tree with itself: sigma 0.13 with equal sharing among started
 flows (before) and with the flows already moving first (after, `CommModel.newcomer_share_weight`, as
 network files with link sharing measured now give), and writes ps_weighted_speed_newcomer.*.
+`--sigmas 0 --output NAME` with `--before-src` of the tree before set 26's change times nominal
+figures (sigma 0) with equal sharing (before) against the incumbents-first rule and its
+tie-breaking sigma (after): ps_weighted_speed_nominal_rule*.
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ def main() -> int:
     parser.add_argument("--before-src", type=Path, help="src/ of the tree to compare with")
     parser.add_argument("--server-gbps", type=float, help="server NIC bandwidth (default: the workers' 10)")
     parser.add_argument("--newcomer", type=float, help="compare this tree with itself, this newcomer weight after")
+    parser.add_argument("--sigmas", help="comma-separated sigmas (default 0,0.13; with --newcomer 0.13)")
+    parser.add_argument("--output", help="results name (default from the options)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if (args.before_src is None) == (args.newcomer is None):
@@ -88,7 +93,10 @@ def main() -> int:
     trees = {"before": SRC if args.before_src is None else args.before_src.resolve(), "after": SRC}
     newcomer = {} if args.newcomer is None else {"before": 1.0, "after": args.newcomer}
     sigmas = SIGMAS if args.newcomer is None else (0.13,)
+    if args.sigmas:
+        sigmas = tuple(float(x) for x in args.sigmas.split(","))
     out_name = "ps_weighted_speed_newcomer" if args.newcomer is not None else out_name
+    out_name = args.output or out_name
     rows = []
     for kind, servers in KINDS:
         for workers in WORKERS:

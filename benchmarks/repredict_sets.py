@@ -95,7 +95,7 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
     lines += error_summary(errors)
     if len(by_strategy) > 1:
         lines += error_summary({f"{strategy}: {name}": values for strategy, named in sorted(by_strategy.items())
-                                for name, values in named.items()})[1:]
+                                for name, values in named.items()})
     text = "\n".join(lines) + "\n"
     print(text)
     return text

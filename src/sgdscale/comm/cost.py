@@ -46,7 +46,8 @@ class CommModel:
     server_cpu_s_per_byte: float = 0.0
     # How unequally concurrent point-to-point flows share a link: the log-normal sigma of each
     # burst's weight in weighted max-min sharing, fitted to measured incast completion spread
-    # (sgdscale.comm.network.Sharing; 0: equal sharing).
+    # (sgdscale.comm.network.Sharing; 0: not measured, and the fine method simulates
+    # sgdscale.comm.sharing.UNMEASURED_WEIGHT_SIGMA under the incumbents-first rule).
     share_weight_sigma: float = 0.0
     # Weight of a flow that starts while other flows already leave its sender's node, relative to
     # them (sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT, measured with TCP; 1: no priority). For

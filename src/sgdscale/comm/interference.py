@@ -30,11 +30,10 @@ import numpy as np
 TYPICAL_MEASURED_NOTE = (
     "on the emulated testbed (1 Gbit/s tbf links, 0.45 cores per node) measured networks ran point to point at "
     "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, and compute ran "
-    "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/); predictions from nominal "
-    "figures were 4.5-15.7% off (median of each set; all-reduce 3-24% too fast, 2-worker PS up to 41% too slow, "
-    "async PS up to 32% too slow) on held-out sets 7-13 (300 Mbit/s-1.1 Gbit/s, 0.3-0.5 cores), and up to 2.3x "
-    "too fast on links whose emulation cost "
-    "extra CPU (tbf bursts below one GSO packet, since fixed)"
+    "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/); on held-out sets 18-25 "
+    "(450 Mbit/s-2 Gbit/s, 0.34-0.47 cores) the fine method from nominal figures was too fast in every all-reduce "
+    "case (+0.8% to +26.6%, median +7.5%) and, for parameter servers, 6.3% (sync) and 12.7% (async) off in the "
+    "median, up to 53% too fast where a shard's CPU quota binds (benchmarks/unmeasured_newcomer.py)"
 )
 
 

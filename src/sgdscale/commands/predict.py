@@ -252,9 +252,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         compute_scale=compute_scale, slow_links=slow_links, cpu_per_node=cpu_per_node,
         interference=not no_interference)
     if plan.uses_servers and "fine" in methods and comm.share_weight_sigma == 0.0 and max(counts) > 1:
-        from sgdscale.comm.sharing import EQUAL_SHARING_NOTE
+        from sgdscale.comm.sharing import UNMEASURED_SHARING_NOTE
 
-        notes.append(EQUAL_SHARING_NOTE)
+        notes.append(UNMEASURED_SHARING_NOTE)
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
     if plan.kind == "allreduce" and plan.grouping == "buckets" and max(counts) > 1:

@@ -293,10 +293,10 @@ def _show_and_write(console: Console, network, output: str | None) -> None:
     console.print(network_table(network))
     console.print(fits_table(network))
     if network.sharing is None and any(point.op == "incast" for point in network.points):
-        from sgdscale.comm.sharing import EQUAL_SHARING_NOTE
+        from sgdscale.comm.sharing import UNMEASURED_SHARING_NOTE
 
         console.print("note: link sharing was not measured (incast needs 2 senders, i.e. a count of 3 or more in "
-                      f"--workers); with this file {EQUAL_SHARING_NOTE}", highlight=False, soft_wrap=True)
+                      f"--workers); with this file {UNMEASURED_SHARING_NOTE}", highlight=False, soft_wrap=True)
     if network.bucket_copy is not None:
         rate = 1.0 / network.bucket_copy.beta_s_per_byte if network.bucket_copy.beta_s_per_byte > 0 else float("inf")
         console.print(f"copy right after an all-reduce (DDP's bucket copies): {format_bytes(rate)}/s per node",
