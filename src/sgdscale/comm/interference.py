@@ -32,8 +32,8 @@ TYPICAL_MEASURED_NOTE = (
     "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, and compute ran "
     "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/); on held-out sets 18-25 "
     "(450 Mbit/s-2 Gbit/s, 0.34-0.47 cores) the fine method from nominal figures was too fast in every all-reduce "
-    "case (+0.8% to +26.6%, median +7.5%) and, for parameter servers, 6.3% (sync) and 12.7% (async) off in the "
-    "median, up to 53% too fast where a shard's CPU quota binds (benchmarks/unmeasured_newcomer.py)"
+    "case (+0.8% to +26.6%, median +7.5%) and, for parameter servers on sets 18-26, 5.4% (sync) and 11.4% (async) "
+    "off in the median, up to 53% too fast where a shard's CPU quota binds (benchmarks/unmeasured_newcomer.py)"
 )
 
 

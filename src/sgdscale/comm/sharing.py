@@ -11,8 +11,9 @@ that fraction, which netbench's sharing fit inverts.
 Nothing measured (nominal figures, or a network file from netbench with 2 processes, whose incast has
 one sender): the typical spread measured on the emulated cluster stands in
 (`UNMEASURED_WEIGHT_SIGMA`; `UNMEASURED_SHARING_NOTE` says so), and the flows already leaving a node
-still keep its link (`NEWCOMER_SHARE_WEIGHT`): that is TCP's, not one cluster's. Without it identical asynchronous workers settled into lock step in the fine method, and
-every kept async PS run of sets 19-25 predicted from nominal figures was 6-51% too slow
+still keep its link (`NEWCOMER_SHARE_WEIGHT`): that is TCP's, not one cluster's. Without it,
+identical asynchronous workers settled into lock step in the fine method, and every kept async PS
+run of sets 19-25 predicted from nominal figures was 6-51% too slow
 (`benchmarks/unmeasured_newcomer.py`).
 """
 
@@ -28,9 +29,9 @@ import numpy as np
 # several nodes into one share the receiver's link equally). Used in every prediction: nominal
 # figures and network files without a sharing fit too, since `benchmarks/unmeasured_newcomer.py`
 # (kept PS runs of sets 18-26 from nominal figures: async 30.0% -> 11.4% median error, sync 4.2% ->
-# 5.4%, where equal sharing's lock step had offset the nominal link's optimism). Measured on the emulated cluster with two
-# TCP flows of 35 MB, the second 2-80 ms after the first (`benchmarks/head_start.py`; Reno, tbf
-# queue of 50 ms of line rate): out of one node the newcomer got a weight of 0.22-0.24 while both
+# 5.4%, where equal sharing's lock step had offset the nominal link's optimism). Measured on the
+# emulated cluster with two TCP flows of 35 MB, the second 2-80 ms after the first
+# (`benchmarks/head_start.py`; Reno, tbf queue of 50 ms of line rate): out of one node the newcomer got a weight of 0.22-0.24 while both
 # moved, whatever the head start; into one node, 0.99-1.00. So a shard's pulls take turns and its
 # pushes share. (Found first on set 19's async replays, `benchmarks/async_stagger.py`, where the
 # workers took turns; sets 20-22 ran with 0.1 on both links of a flow.) `sgdscale netbench --ops
@@ -48,9 +49,9 @@ NEWCOMER_SHARE_WEIGHT = 0.22
 # handles first (from nominal figures the star shortcut and the general network differed on 33 of
 # the 66 kept PS runs of sets 18-25, by up to 95%). A near-zero tie-breaker (0.01, the form set 26
 # was held out for) settles that, but near-equal weights meet the rule's per-message incumbency
-# badly: async resnet50, 8 workers, 10 Gbit/s fell from 157-172 samples/s (equal sharing; coarse 159)
-# to 105, at any seed or length, against 156-169 with this sigma (`benchmarks/unmeasured_newcomer.py`,
-# `benchmarks/results/ps_weighted_speed_nominal_rule.md`).
+# badly: async resnet50, 8 workers, 10 Gbit/s fell from 170-172 samples/s (equal sharing; coarse 159)
+# to 105, against 164-169 with this sigma (`benchmarks/unmeasured_newcomer.py`, last table).
+# Not fitted to any set's errors.
 UNMEASURED_WEIGHT_SIGMA = 0.17
 
 
@@ -59,9 +60,11 @@ def simulated_weight_sigma(measured_sigma: float, newcomer_weight: float) -> flo
     the incumbents-first rule is on (without the rule, equal weights have no ties that matter)."""
     return measured_sigma if measured_sigma > 0.0 or newcomer_weight >= 1.0 else UNMEASURED_WEIGHT_SIGMA
 
+
 DRAWS = 20_000  # Monte Carlo draws: the fraction to about 1e-3, deterministic (fixed seed)
 
-# Measured on held-out sets 8 and 9 (README): what equal sharing did to 2-worker PS, and the fix.
+# Said wherever a PS prediction runs on an unmeasured spread (held-out sets 8 and 9 showed what equal
+# sharing did to 2-worker PS; a measured file fixed it).
 UNMEASURED_SHARING_NOTE = (
     "nothing measured how unequally flows share a link here, so the spread measured on the emulated testbed "
     f"stands in (sigma {UNMEASURED_WEIGHT_SIGMA:g}; the flows already leaving a node keep its link); measure yours "

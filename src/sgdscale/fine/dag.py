@@ -115,9 +115,8 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     caps = worker_Bps + worker_Bps + [server_Bps] * (2 * shards)
     # The same weights as the fast loop's two networks: pushes are connections 0..nS-1, pulls nS...
     newcomer = topology.nic.newcomer_share_weight
-    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=simulated_weight_sigma(topology.nic.share_weight_sigma,
-                                                                                           newcomer),
-                      seed=seed, newcomer_weight=newcomer)
+    sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
+    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer)
     push = [[net.add_connection(w, 2 * n + shards + s) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, w if half_duplex_pairs else n + w) for w in range(n)]
             for s in range(shards)]
