@@ -46,8 +46,8 @@ NEWCOMER_SHARE_WEIGHT = 0.22
 # held-out sets 1-26 that have a sharing fit (0.07-0.36). With the incumbents-first rule the sigma
 # cannot be 0: with all weights exactly equal, deterministic inputs (replays) make a message end and
 # another start at the same instant over and over, and the rule then hinges on which the simulation
-# handles first (from nominal figures the star shortcut and the general network differed on 33 of
-# the 66 kept PS runs of sets 18-25, by up to 95%). A near-zero tie-breaker (0.01, the form set 26
+# handles first (from nominal figures the star shortcut and the general network differed on 37 of
+# the 78 kept PS runs of sets 18-26, by up to 95%). A near-zero tie-breaker (0.01, the form set 26
 # was held out for) settles that, but near-equal weights meet the rule's per-message incumbency
 # badly: async resnet50, 8 workers, 10 Gbit/s fell from 170-172 samples/s (equal sharing; coarse 159)
 # to 105, against 164-169 with this sigma (`benchmarks/unmeasured_newcomer.py`, last table).
