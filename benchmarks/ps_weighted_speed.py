@@ -20,8 +20,9 @@ leave for the general network while few connections share a hub) writes ps_weigh
 flows (before) and with the flows already moving first (after, `CommModel.newcomer_share_weight`, as
 network files with link sharing measured now give), and writes ps_weighted_speed_newcomer.*.
 `--sigmas 0 --output NAME` with `--before-src` of the tree before set 26's change times nominal
-figures (sigma 0) with equal sharing (before) against the incumbents-first rule and its
-tie-breaking sigma (after): ps_weighted_speed_nominal_rule*.
+figures (sigma 0) with equal sharing (before) against the incumbents-first rule and the sigma the
+fine method simulates where none was measured (after): ps_weighted_speed_nominal_rule.* for the
+first form (0.01), ps_weighted_speed_nominal_rule_kept.* for the form kept (0.17).
 """
 
 from __future__ import annotations

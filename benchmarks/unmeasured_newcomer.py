@@ -101,8 +101,7 @@ def convoy_table() -> str:
                          methods=("fine", "coarse"), iterations=200, warmup=20, variability=False)
         by = {r.method: r.throughput for r in result.results}
         rows.append(f"| {label} | {by['fine']:.1f} | {by['coarse']:.1f} |")
-    return ("\n## The convoy case of issue 7 (nominal figures, variability off)\n\n" + convoy_table.__doc__.split("\n\n")[0]
-            .replace("\n    ", " ") + "\n\n" + "\n".join(rows) + "\n")
+    return _section("The convoy case of issue 7 (nominal figures, variability off)", convoy_table.__doc__, rows)
 
 
 def resnet50_table() -> str:
@@ -117,20 +116,26 @@ def resnet50_table() -> str:
     profile, strategy = load_profile("resnet50"), Strategy(kind="ps-async", grouping="per-tensor")
     base = CommModel.from_link(10e9, 20e-6)
     forms = (("equal sharing (before)", dataclasses.replace(base, newcomer_share_weight=1.0), None),
-             ("rule, sigma 0.01 (set 26's form)", base, 0.01), (f"rule, sigma {UNMEASURED_WEIGHT_SIGMA:g} (now)", base, None))
+             ("rule, sigma 0.01 (set 26's form)", base, 0.01),
+             (f"rule, sigma {UNMEASURED_WEIGHT_SIGMA:g} (now)", base, None))
     rows = ["| workers | coarse | " + " | ".join(f"fine, {label}, seeds 0 / 1" for label, _, _ in forms) + " |",
             "|---:|---:|" + "---|" * len(forms)]
     for workers in (8, 16):
         cluster = Cluster(workers, ps_count=1)
         cells = []
         for _, comm, sigma in forms:
-            with mock.patch.object(sharing, "UNMEASURED_WEIGHT_SIGMA", sigma or UNMEASURED_WEIGHT_SIGMA):
-                cells.append(" / ".join(f"{simulate(profile, cluster, strategy, comm, iterations=200, warmup=10, seed=seed).throughput:.1f}"
-                                        for seed in (0, 1)))
+            with variant(tie_sigma=sigma):
+                runs = [simulate(profile, cluster, strategy, comm, iterations=200, warmup=10, seed=seed).throughput
+                        for seed in (0, 1)]
+            cells.append(" / ".join(f"{x:.1f}" for x in runs))
         coarse = solve(profile, cluster, strategy, base, seed=0, variability=True).throughput
         rows.append(f"| {workers} | {coarse:.1f} | " + " | ".join(cells) + " |")
-    return ("\n## Async resnet50 at 10 Gbit/s (nominal figures; samples/s)\n\n" + resnet50_table.__doc__.split("\n\n")[0]
-            .replace("\n    ", " ") + "\n\n" + "\n".join(rows) + "\n")
+    return _section("Async resnet50 at 10 Gbit/s (nominal figures; samples/s)", resnet50_table.__doc__, rows)
+
+
+def _section(title: str, doc: str, rows: list[str]) -> str:
+    """A Markdown section: the title, the docstring's first paragraph on one line, the table rows."""
+    return f"\n## {title}\n\n" + doc.split("\n\n")[0].replace("\n    ", " ") + "\n\n" + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str]) -> int:
@@ -142,7 +147,8 @@ def main(argv: list[str]) -> int:
                         help="sets whose network files have no sharing fit, re-predicted from them too ('' to skip)")
     args = parser.parse_args(argv)
     rule = f"newcomer {NEWCOMER_SHARE_WEIGHT:g}"
-    variants = [("equal sharing (before)", "fine-nominal, equal sharing (before)", lambda: variant(newcomer_share_weight=1.0)),
+    variants = [("equal sharing (before)", "fine-nominal, equal sharing (before)",
+                 lambda: variant(newcomer_share_weight=1.0)),
                 (f"{rule}, sigma {UNMEASURED_WEIGHT_SIGMA:g} (now)",
                  f"fine-nominal, {rule}, sigma {UNMEASURED_WEIGHT_SIGMA:g} (now)", variant),
                 ("now, general network", "fine-nominal now, no star shortcut", lambda: variant(star=False)),
@@ -151,7 +157,8 @@ def main(argv: list[str]) -> int:
                 (f"{rule}, sigma 0", f"fine-nominal, {rule}, sigma 0", lambda: variant(tie_sigma=0.0)),
                 (f"{rule}, sigma 0, general network", f"fine-nominal, {rule}, sigma 0, no star shortcut",
                  lambda: variant(star=False, tie_sigma=0.0))]
-    text = variant_table(argv, "unmeasured_newcomer.py", "Nominal figures: equal sharing against incumbents first, fine method, PS cases",
+    text = variant_table(argv, "unmeasured_newcomer.py",
+                         "Nominal figures: equal sharing against incumbents first, fine method, PS cases",
                          "Error of the median prediction against the median measurement (kept runs, their own "
                          "rounds' profiles); nominal bandwidth and default latency.", args.sets.split(","),
                          set(args.strategies.split(",")), variants, method="fine-nominal")

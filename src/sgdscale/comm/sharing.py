@@ -31,10 +31,11 @@ import numpy as np
 # (kept PS runs of sets 18-26 from nominal figures: async 30.0% -> 11.4% median error, sync 4.2% ->
 # 5.4%, where equal sharing's lock step had offset the nominal link's optimism). Measured on the
 # emulated cluster with two TCP flows of 35 MB, the second 2-80 ms after the first
-# (`benchmarks/head_start.py`; Reno, tbf queue of 50 ms of line rate): out of one node the newcomer got a weight of 0.22-0.24 while both
-# moved, whatever the head start; into one node, 0.99-1.00. So a shard's pulls take turns and its
-# pushes share. (Found first on set 19's async replays, `benchmarks/async_stagger.py`, where the
-# workers took turns; sets 20-22 ran with 0.1 on both links of a flow.) `sgdscale netbench --ops
+# (`benchmarks/head_start.py`; Reno, tbf queue of 50 ms of line rate): out of one node the newcomer
+# got a weight of 0.22-0.24 while both moved, whatever the head start; into one node, 0.99-1.00. So
+# a shard's pulls take turns and its pushes share. (Found first on set 19's async replays,
+# `benchmarks/async_stagger.py`, where the workers took turns; sets 20-22 ran with 0.1 on both links
+# of a flow.) `sgdscale netbench --ops
 # outcast` measures it with gloo on any cluster (`Outcast` in the network file), but it is recorded,
 # not used: with 16 MB flows it ranged 0.40-0.94 on the clusters of sets 22-25 and moved 0.05-0.43
 # between two runs on one cluster, and re-predicting those sets with it helped none of them
