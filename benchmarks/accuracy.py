@@ -31,6 +31,8 @@ def commands(set_name: str, out: Path) -> list[list[str]]:
                 "--workers", ",".join(map(str, grid["workers"])), "--bandwidth", ",".join(grid["bandwidth"]),
                 "--strategies", ",".join(grid["strategies"]), "--cpu-per-node", str(spec["cpu_per_node"]),
                 "--repeats", str(spec["repeats"]), "-o", str(out)]
+        if "ps" in grid:  # server shards of the PS strategies (default 1)
+            args += ["--ps", str(grid["ps"])]
         runs.append(args)
     return runs
 

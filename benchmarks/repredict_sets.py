@@ -42,7 +42,8 @@ def grids_of(set_name: str) -> list[Grid]:
     return [Grid(specs=[replay_spec(m, None, "sleep") if g["workload"] == "replay" else model_spec(m, None)
                         for m in g["models"]],
                  workers=g["workers"], bandwidths_bps=[parse_bandwidth_bps(b) for b in g["bandwidth"]],
-                 strategies=g["strategies"], cpu_per_node_cores=spec["cpu_per_node"], repeats=spec["repeats"])
+                 strategies=g["strategies"], cpu_per_node_cores=spec["cpu_per_node"], repeats=spec["repeats"],
+                 ps_count=g.get("ps", 1))
             for g in spec["grids"]]
 
 

@@ -79,10 +79,13 @@ def _file_rule_off():
     return mock.patch.object(CommModel, "from_network", classmethod(from_network))
 
 
-def convoy_table() -> str:
+def convoy_table(forms=None) -> str:
     """Issue 7's convoy case from nominal figures: 4 tensors of 25 MB, batch 32, 10 ms of forward and
     of backward per layer, 32 async workers, one server, 1 Gbit/s, variability off. The server's NIC
-    bounds it at 125 MB/s / 100 MB per direction x 32 = 40 samples/s (full duplex)."""
+    bounds it at 125 MB/s / 100 MB per direction x 32 = 40 samples/s (full duplex).
+
+    `forms`: (row label, CommModel fields, context manager factory) per row; by default equal
+    sharing (before this benchmark's change) and now."""
     from sgdscale.cluster import Cluster
     from sgdscale.predict import predict
     from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes
@@ -95,10 +98,13 @@ def convoy_table() -> str:
                               for i in range(4)])
     cluster = Cluster(32, bandwidth_bps=1e9, latency_s=20e-6, ps_count=1)
     rows = ["| prediction | fine (samples/s) | coarse (samples/s) |", "|---|---:|---:|"]
-    for label, fields in (("equal sharing (before)", {"newcomer_share_weight": 1.0}), ("now", {})):
+    forms = forms or (("equal sharing (before)", {"newcomer_share_weight": 1.0}, contextlib.nullcontext),
+                      ("now", {}, contextlib.nullcontext))
+    for label, fields, in_place in forms:
         comm = dataclasses.replace(CommModel.from_link(1e9, 20e-6), **fields)
-        result = predict(profile, cluster, Strategy(kind="ps-async", grouping="per-tensor"), comm, [32],
-                         methods=("fine", "coarse"), iterations=200, warmup=20, variability=False)
+        with in_place():
+            result = predict(profile, cluster, Strategy(kind="ps-async", grouping="per-tensor"), comm, [32],
+                             methods=("fine", "coarse"), iterations=200, warmup=20, variability=False)
         by = {r.method: r.throughput for r in result.results}
         rows.append(f"| {label} | {by['fine']:.1f} | {by['coarse']:.1f} |")
     return _section("The convoy case of issue 7 (nominal figures, variability off)", convoy_table.__doc__, rows)

@@ -97,6 +97,25 @@ def test_flows_into_one_node_share_its_link_whichever_started_first():
     assert out[2] == pytest.approx(6.0)
 
 
+def test_a_newcomer_whose_own_link_has_room_shares_the_receivers_link_equally():
+    # Node 0's 100 B/s uplink sends A (30 B, from t=0) into node 2's 10 B/s downlink, so from t=1 B,
+    # 30 B from node 0 into node 3's 10 B/s downlink, is a newcomer on node 0's link. Node 1's X
+    # (30 B from t=0) also goes into node 3. Node 0's link has room (A and B take 15 B/s of 100),
+    # so B keeps its weight at node 3: X and B get 5 B/s each, X (20 B left at t=1) done at 5, B (10 B
+    # left then) at 6. Were B to yield there too (weight 0.1), X would be done at 1 + 20/(10/1.1) = 3.2.
+    net = LinkNetwork(EventQueue(), [100.0, 100.0, 10.0, 10.0], 0.0, newcomer_weight=0.1)
+    a = net.add_connection(0, 2)
+    b = net.add_connection(0, 3)
+    x = net.add_connection(1, 3)
+    net.send(a, 30.0, 0.0, 0.0, token=1)
+    net.send(x, 30.0, 0.0, 0.0, token=3)
+    net.send(b, 30.0, 1.0, 0.0, token=2)
+    out = {tok: t for t, tok, _ in run_network(net)}
+    assert out[1] == pytest.approx(3.0)
+    assert out[3] == pytest.approx(5.0)
+    assert out[2] == pytest.approx(6.0)
+
+
 def test_newcomer_weight_must_be_a_fraction():
     with pytest.raises(ValueError, match="newcomer_weight"):
         LinkNetwork(EventQueue(), [1.0], 0.0, newcomer_weight=0.0)
