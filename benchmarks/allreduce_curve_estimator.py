@@ -10,8 +10,11 @@ run of the named sets with the curve points taken as the median (today), the low
 the fastest repeat. Nothing is rerun; the network files' alpha-beta fits are left as they are.
 
     .venv/bin/python benchmarks/allreduce_curve_estimator.py [--sets heldout18,...,heldout26] [--method fine]
+        [--output NAME]
 
-Raw output: benchmarks/results/allreduce_curve_estimator[-<method>].md.
+Raw output: benchmarks/results/allreduce_curve_estimator[-<method>].md, or NAME.md (held-out set 27,
+on which adopting it was decided in advance: `--sets heldout27 --output
+allreduce_curve_estimator_heldout27[_coarse]`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=SETS)
     parser.add_argument("--method", default="fine", choices=["fine", "coarse"])
+    parser.add_argument("--output", help="results name (default allreduce_curve_estimator[-<method>])")
     args = parser.parse_args(argv)
     variants = [("median (today)", f"{args.method}, median", lambda: curve_from(None)),
                 ("lower quartile", f"{args.method}, lower quartile", lambda: curve_from(0.25)),
@@ -54,7 +58,7 @@ def main(argv: list[str]) -> int:
                          "Error of the median prediction against the median measurement; nothing rerun.",
                          args.sets.split(","), {"allreduce"}, variants, method=args.method)
     suffix = "" if args.method == "fine" else f"-{args.method}"
-    (HERE / "results" / f"allreduce_curve_estimator{suffix}.md").write_text(text)
+    (HERE / "results" / f"{args.output or 'allreduce_curve_estimator' + suffix}.md").write_text(text)
     return 0
 
 

@@ -19,8 +19,10 @@ worker's NIC, not the server's, binds.
 Measurements are untouched; nothing is rerun.
 
     .venv/bin/python benchmarks/newcomer_where_bound.py [--sets heldout18,...,heldout26] [--strategies ps-async,ps-sync]
+        [--output newcomer_where_bound] [--no-synthetic]
 
-Raw output: benchmarks/results/newcomer_where_bound.md.
+Raw output: benchmarks/results/<output>.md (`--sets heldout27 --no-synthetic --output
+newcomer_where_bound_heldout27`: the set held out for the change, two server shards).
 """
 
 from __future__ import annotations
@@ -96,6 +98,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=SETS)
     parser.add_argument("--strategies", default="ps-async,ps-sync")
+    parser.add_argument("--output", default="newcomer_where_bound")
+    parser.add_argument("--no-synthetic", action="store_true", help="only the kept runs' tables")
     args = parser.parse_args(argv)
     text = ""
     for method, source in (("fine", "the set's network file"), ("fine-nominal", "nominal figures")):
@@ -110,11 +114,12 @@ def main(argv: list[str]) -> int:
                                ("now (star shortcut, as predict runs)", f"{method}, now, star shortcut",
                                 contextlib.nullcontext)],
                               method=method) + "\n"
-    text += server_count_table() + convoy_table((("before (general network)", {}, before),
-                                                 ("now (general network)", {}, general),
-                                                 ("now (star shortcut)", {}, contextlib.nullcontext)))
-    print(text[text.rindex("## More shards"):])
-    (HERE / "results" / "newcomer_where_bound.md").write_text(text)
+    if not args.no_synthetic:
+        text += server_count_table() + convoy_table((("before (general network)", {}, before),
+                                                     ("now (general network)", {}, general),
+                                                     ("now (star shortcut)", {}, contextlib.nullcontext)))
+        print(text[text.rindex("## More shards"):])
+    (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 
 
