@@ -1,5 +1,5 @@
-"""Tried on the kept runs, no model change: the measured all-reduce curve from a low quantile of each
-size's repeats instead of their median.
+"""The measured all-reduce curve from a low quantile of each size's repeats instead of their median:
+tried on the kept runs of sets 18-26, then adopted on held-out set 27 by a rule set before it ran.
 
 netbench times every all-reduce size 5 times and the fine and coarse methods interpolate the
 medians (`CommModel.measured_curves`). Under a CFS quota a repeat can stall for a period or more:
@@ -8,6 +8,8 @@ and its real gpt2 all-reduce with 2 workers, whose buckets are that small, was p
 slow by both methods (2% too fast from nominal figures). This re-predicts every kept all-reduce
 run of the named sets with the curve points taken as the median (today), the lower quartile, and
 the fastest repeat. Nothing is rerun; the network files' alpha-beta fits are left as they are.
+Since set 27 the methods use the lower quartile (`sgdscale.comm.cost.CURVE_QUANTILE`); the files
+written before then call the median "today".
 
     .venv/bin/python benchmarks/allreduce_curve_estimator.py [--sets heldout18,...,heldout26] [--method fine]
         [--output NAME]
@@ -23,25 +25,17 @@ import argparse
 import sys
 from unittest import mock
 
-import numpy as np
 from repredict_sets import HERE, variant_table
 
-from sgdscale.comm import CommModel
+from sgdscale.comm import cost
 
 SETS = ",".join(f"heldout{n}" for n in range(18, 27))
 
 
-def curve_from(quantile: float | None):
-    """CommModel.from_network with every all-reduce point's time at `quantile` of its repeats (None: today)."""
-    original = CommModel.from_network.__func__
-
-    def from_network(cls, network, *args, **kwargs):
-        if quantile is not None:
-            points = [p.model_copy(update={"median_s": float(np.quantile(p.samples_s, quantile))})
-                      if p.op == "allreduce" else p for p in network.points]
-            network = network.model_copy(update={"points": points})
-        return original(cls, network, *args, **kwargs)
-    return mock.patch.object(CommModel, "from_network", classmethod(from_network))
+def curve_from(quantile: float):
+    """CommModel.from_network with every all-reduce point's time at `quantile` of its repeats (0.5:
+    their median, as before set 27; `CURVE_QUANTILE` now)."""
+    return mock.patch.object(cost, "CURVE_QUANTILE", quantile)
 
 
 def main(argv: list[str]) -> int:
@@ -50,8 +44,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--method", default="fine", choices=["fine", "coarse"])
     parser.add_argument("--output", help="results name (default allreduce_curve_estimator[-<method>])")
     args = parser.parse_args(argv)
-    variants = [("median (today)", f"{args.method}, median", lambda: curve_from(None)),
-                ("lower quartile", f"{args.method}, lower quartile", lambda: curve_from(0.25)),
+    variants = [("median (before set 27)", f"{args.method}, median", lambda: curve_from(0.5)),
+                ("lower quartile (now)", f"{args.method}, lower quartile", lambda: curve_from(0.25)),
                 ("fastest repeat", f"{args.method}, fastest repeat", lambda: curve_from(0.0))]
     text = variant_table(argv, "allreduce_curve_estimator.py",
                          "All-reduce curve points: median, lower quartile or fastest repeat, on the kept runs",

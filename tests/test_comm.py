@@ -49,6 +49,18 @@ def test_measured_collective_is_interpolated_inside_and_extended_beyond():
     assert comm.allreduce_s(1e6, 2) == pytest.approx(CommModel(comm.p2p).allreduce_s(1e6, 2))
 
 
+def test_a_measured_size_enters_the_curve_at_the_lower_quartile_of_its_repeats():
+    # Held-out set 26's 2-process file: 424 kB timed 2.5, 14.9, 19.2, 21.7 and 2.6 ms under a CFS
+    # quota (median 14.9 ms, stalls); the curve takes 2.6 ms, the lower quartile.
+    stalled = [0.0025, 0.0149, 0.0192, 0.0217, 0.0026]
+    bench = [BenchPoint(op="allreduce", workers=2, bytes=1e3, samples_s=[0.001] * 5, median_s=0.001),
+             BenchPoint(op="allreduce", workers=2, bytes=424e3, samples_s=stalled, median_s=0.0149)]
+    fit = fit_alpha_beta([1e3, 424e3], [0.001, 0.0149])
+    comm = CommModel.from_network(Network(p2p=AlphaBeta(alpha_s=1e-4, beta_s_per_byte=4e-8),
+                                          allreduce={"2": fit}, points=bench))
+    assert comm.allreduce_s(424e3, 2) == pytest.approx(0.0026)
+
+
 def test_slower_link_scales_the_bandwidth_part_only():
     comm = CommModel.from_network(_network([(1e3, 0.010), (1e6, 0.110)]))
     slow = comm.with_bandwidth_scaled(2.0)

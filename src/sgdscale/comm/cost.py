@@ -20,6 +20,15 @@ from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
 
 ALGORITHMS = ("ring", "tree", "halving-doubling")
 
+# Each measured all-reduce size enters the curve at this quantile of its repeats, not their median:
+# under a CFS quota a repeat can stall for a period or more, and in a 2-process file most repeats
+# of a small size can (held-out set 26: 424 kB timed 2.5, 14.9, 19.2, 21.7, 2.6 ms, median 14.9; its
+# real gpt2 with 2 workers, whose small buckets met no such stall in training, was predicted 14%
+# too slow). Tried on the kept all-reduce runs of sets 18-26 (neutral there: fine 2.0% / 17.7% ->
+# 2.1% / 18.4%), adopted on held-out set 27 by a rule set before it ran (lower the median error
+# without raising the max): fine 8.8% / 13.2% -> 6.4% / 9.1% (`benchmarks/allreduce_curve_estimator.py`).
+CURVE_QUANTILE = 0.25
+
 
 @dataclass(frozen=True)
 class CommModel:
@@ -27,8 +36,8 @@ class CommModel:
 
     `measured_allreduce` holds whole-collective fits per worker count from `sgdscale netbench`;
     where one exists it replaces the formula, because real libraries (gloo) pick their own algorithm
-    per message size. `measured_curves` keeps the measured medians themselves, (sizes, times) per
-    worker count: inside the measured range a collective's time is interpolated between them
+    per message size. `measured_curves` keeps the measured times themselves (each size's lower
+    quartile of repeats, `CURVE_QUANTILE`), (sizes, times) per worker count: inside the measured range a collective's time is interpolated between them
     (a line through 1 kB..16 MB misses gloo's size-dependent algorithms by up to 60%), beyond it
     the fitted slope extends the last point. `interference`: how compute and collectives slow each
     other where they overlap (sgdscale.comm.interference; None = not at all).
@@ -68,7 +77,7 @@ class CommModel:
         measured = {int(n): fit for n, fit in network.allreduce.items()}
         curves: dict[int, tuple[tuple[float, ...], tuple[float, ...]]] = {}
         for workers in measured:
-            points = sorted((p.bytes, p.median_s) for p in network.points
+            points = sorted((p.bytes, float(np.quantile(p.samples_s, CURVE_QUANTILE))) for p in network.points
                             if p.op == "allreduce" and p.workers == workers)
             if len(points) >= 2:
                 curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
