@@ -6,12 +6,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.fine.allreduce import simulate_allreduce
+from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
 from sgdscale.fine.ps import run_ps
 from sgdscale.fine.engine import run_dag
@@ -211,28 +212,32 @@ def test_throughput_non_decreasing_in_bandwidth(workers, shards, bw, factor, kin
     assert fast >= slow * (1 - 0.02)
 
 
-@HYPOTHESIS
-@given(workers=st.integers(1, 6), shards=st.integers(1, 3), bw=st.floats(1e8, 5e9),
-       kind=st.sampled_from(["ps-sync", "ps-async"]))
-@example(workers=2, shards=3, bw=798607784.5281649, kind="ps-async")  # 4 shards 16% below 3 before
-@example(workers=2, shards=2, bw=981889224.0, kind="ps-async")  # CI's failure: 3 shards 4.3% below 2
-def test_throughput_non_decreasing_in_server_count(workers, shards, bw, kind):
-    """Where the server NICs are the bottleneck (4x slower than the workers') and round-robin
-    placement balances them (equal tensors: a shard's load ceil(T/S) never grows with S).
+@pytest.mark.parametrize("newcomer", [1.0, NEWCOMER_SHARE_WEIGHT])
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+@pytest.mark.parametrize("workers", [4, 6])
+def test_each_server_shard_adds_throughput_where_the_server_nics_bind(workers, kind, newcomer):
+    """Server NICs 4x slower than the workers' and busy (4 or 6 workers), equal tensors placed
+    round-robin (a shard's load ceil(T/S) never grows with S): each shard added, 1 to 4, raises the
+    steady-state throughput by 10% or more, with equal sharing and with incumbents first.
 
-    Not a law of the model in general: round-robin over uneven tensors can load one shard more
-    with more shards. A law of the steady state, up to the phase pattern: with the flows already
-    moving keeping their link, async workers take tens of steps to settle into turns (2 workers, 3
-    shards at 1020 Mbit/s after 30 warm-up steps ran 1.7% below 2 shards over the next 15; none after
-    100). Found by this test in CI: a newcomer that yielded on every link, also where its sender's
-    link had room, made 4 shards 16% slower than 3 (2 workers at 799 Mbit/s;
-    benchmarks/newcomer_where_bound.py). A loss beyond 2% would be a defect, as in the bandwidth law
-    above.
+    Not a law of the model with 2-4 workers, where the servers idle part of the time and the phase
+    pattern decides (`benchmarks/newcomer_where_bound.py`, its scan): under incumbents first, 2
+    async workers at 799 Mbit/s run 16% slower with 4 shards than with 3 (89.8 -> 75.4 samples/s; a
+    newcomer's weight holds on every link it crosses, so a push that starts while its worker's other
+    pushes move loses a slow server NIC to the other worker's pushes), and CI's hypothesis run of
+    the law this test replaced found 3 shards 4.3% below 2; equal sharing loses up to 3.5% (sync, 3
+    workers, 3 -> 4 shards). A rule that reduces the weight only where the sender's link binds
+    removes the first; held out on set 27, it predicted the real two-shard runs worse (fine PS 3.7%
+    -> 6.6% median error) and was not kept.
     """
-    fewer = _throughput(kind, workers, bw, shards, server_bw=bw / 4, profile=EQUAL_TENSORS, warmup=100, iterations=30)
-    more = _throughput(kind, workers, bw, shards + 1, server_bw=bw / 4, profile=EQUAL_TENSORS, warmup=100,
-                       iterations=30)
-    assert more >= fewer * (1 - 0.02)
+    def throughput(servers):
+        cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=2e-5, ps_count=servers, ps_bandwidth_bps=1e9 / 4)
+        comm = dataclasses.replace(comm_for(cluster), newcomer_share_weight=newcomer)
+        return simulate_des(EQUAL_TENSORS, cluster, Strategy(kind=kind, grouping="per-tensor"), comm,
+                            iterations=30, warmup=100, variability=False).throughput
+
+    rates = [throughput(servers) for servers in (1, 2, 3, 4)]
+    assert all(more >= 1.1 * fewer for fewer, more in zip(rates, rates[1:])), rates
 
 
 def test_pulls_wait_for_the_workers_last_push_to_that_shard():

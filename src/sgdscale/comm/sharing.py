@@ -25,9 +25,8 @@ import numpy as np
 
 # Incumbents first (`sgdscale.fine.links.LinkNetwork`, `newcomer_weight`): a flow that starts out of a
 # node whose link has been busy since before it starts gets this weight relative to the flows
-# already leaving that node, where that link is what binds it (flows that start at the same instant
-# share as above; flows from several nodes into one share the receiver's link equally; a newcomer
-# bound elsewhere keeps its weight, `benchmarks/newcomer_where_bound.py`). Used in every prediction: nominal
+# already leaving that node (flows that start at the same instant share as above; flows from
+# several nodes into one share the receiver's link equally). Used in every prediction: nominal
 # figures and network files without a sharing fit too, since `benchmarks/unmeasured_newcomer.py`
 # (kept PS runs of sets 18-26 from nominal figures: async 30.0% -> 11.4% median error, sync 4.2% ->
 # 5.4%, where equal sharing's lock step had offset the nominal link's optimism). Measured on the

@@ -255,15 +255,12 @@ class StarNetwork(LinkNetwork):
         h = self.c_hub[conn]
         self._advance(h, now)
         if self.weighted:
-            w = self.c_bw[conn] = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
+            w = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
             if self.newcomers_yield:  # LinkNetwork's rule on the sender's link: the hub or the edge
                 edge = self.c_edge[conn]
                 hub_side, edge_side = (h, self.s_k[h]), (edge, self.e_k[edge])
-                from_hub = self.c_up[conn] == h
-                newcomer = self.c_new[conn] = self._newcomer(now, *((hub_side, edge_side) if from_hub
-                                                                    else (edge_side, hub_side)))
-                if newcomer and from_hub:  # in star mode the hub binds every connection, the edge none
-                    w *= self.newcomer_weight
+                w = self._yield_to_incumbents(w, now, *((hub_side, edge_side) if self.c_up[conn] == h
+                                                         else (edge_side, hub_side)))
                 self.e_k[edge] += 1
             self.c_w[conn] = w
             self.c_tag[conn] = tag

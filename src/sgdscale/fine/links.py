@@ -46,15 +46,11 @@ class LinkNetwork:
         # one weight exp(sigma * z), z standard normal; links are shared weighted max-min.
         # sigma = 0: equal sharing.
         # Incumbents first (`newcomer_weight` < 1, `sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`): a
-        # message that starts moving out of a node whose link has been busy since before now is a
-        # newcomer there, and where that link is what binds it, its weight is multiplied by
-        # newcomer_weight, so the flows already leaving that node keep most of its link, as TCP
-        # flows out of one host do (`benchmarks/head_start.py`: a 30 ms head start leaves the
-        # newcomer about a fifth of the link; into one receiver, none). A newcomer bound elsewhere
-        # (its sender's link has room: no queue there for the incumbents to hold) keeps its weight,
-        # so a push from a fast worker NIC into a slow server NIC shares that NIC with the other
-        # workers' pushes equally (`tests/test_fine_des.py`, the server-count law). Messages that
-        # start together share as before, whatever order the simulation starts them in.
+        # message that starts moving out of a node whose link has been busy since before now has
+        # its weight multiplied by newcomer_weight, so the flows already leaving that node keep most
+        # of its link, as TCP flows out of one host do (`benchmarks/head_start.py`: a 30 ms head
+        # start leaves the newcomer about a fifth of the link; into one receiver, none). Messages
+        # that start together share as before, whatever order the simulation starts them in.
         self.weight_sigma = float(weight_sigma)
         self.newcomer_weight = float(newcomer_weight)
         self.newcomers_yield = newcomer_weight < 1.0
@@ -83,9 +79,7 @@ class LinkNetwork:
         self.c_pending: list[bool] = []  # a RELEASE event is scheduled
         self.c_start: list[float] = []  # when the head message started to move (for timelines)
         self.c_sent: list[float] = []  # bytes of messages fully sent
-        self.c_w: list[float] = []  # sharing weight now: the burst's, times newcomer_weight where it yields
-        self.c_bw: list[float] = []  # the current burst's weight
-        self.c_new: list[bool] = []  # its message is a newcomer on its sender's link
+        self.c_w: list[float] = []  # sharing weight of the connection's current burst
         self.c_tag: list[int] = []  # tag of the message moving (its weight's burst)
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
@@ -107,8 +101,6 @@ class LinkNetwork:
         self.c_start.append(0.0)
         self.c_sent.append(0.0)
         self.c_w.append(1.0)
-        self.c_bw.append(1.0)
-        self.c_new.append(False)
         self.c_tag.append(-1)
         return len(self.c_up) - 1
 
@@ -141,9 +133,9 @@ class LinkNetwork:
             l_n = self.l_n
             if self.weighted:
                 weight = self.burst_weight(conn, tag)
-                self.c_w[conn] = self.c_bw[conn] = weight
                 if self.newcomers_yield:  # on the sender's link only (benchmarks/head_start.py)
-                    self.c_new[conn] = self._newcomer(now, (up, l_n[up]), (down, l_n[down]))
+                    weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]))
+                self.c_w[conn] = weight
                 self.c_tag[conn] = tag
             if l_n[up] == 0 and l_n[down] == 0:
                 # Alone on both links: it takes the smaller capacity and nobody else changes.
@@ -212,19 +204,21 @@ class LinkNetwork:
         if q:
             self._head_arrived(conn, now)
 
-    def _newcomer(self, now: float, sender: tuple[int, int], receiver: tuple[int, int]) -> bool:
-        """Whether a message starting now from the `sender`'s link to the `receiver`'s ((link, its
-        active connections) pairs) is a newcomer: the sender's link has been busy since before now.
-        Idle links are marked busy from now. Only the sender's link: flows out of one node share its
-        link the way the first to start wants, flows from several nodes into one share the
-        receiver's link equally whichever started first (`benchmarks/head_start.py`)."""
+    def _yield_to_incumbents(self, weight: float, now: float, sender: tuple[int, int], receiver: tuple[int, int]
+                             ) -> float:
+        """The weight of a message starting now from the `sender`'s link to the `receiver`'s ((link, its
+        active connections) pairs): times newcomer_weight if the sender's link has been busy since
+        before now. Idle links are marked busy from now. Only the sender's link: flows out of one
+        node share its link the way the first to start wants, flows from several nodes into one
+        share the receiver's link equally whichever started first (`benchmarks/head_start.py`)."""
         since = self.l_since
         link, active = sender
-        newcomer = bool(active) and since[link] < now
+        if active and since[link] < now:
+            weight *= self.newcomer_weight
         for link, active in (sender, receiver):
             if not active:
                 since[link] = now
-        return newcomer
+        return weight
 
     def _account(self, link: int, now: float) -> None:
         self.l_bytes[link] += self.l_rate[link] * (now - self.l_last[link])
@@ -233,14 +227,15 @@ class LinkNetwork:
     # --- sharing --------------------------------------------------------------------------------
     def reallocate(self, now: float) -> None:
         """Weighted max-min fair rates for the active connections (progressive filling over their
-        links, in rate per unit of weight; all weights 1 without `weight_sigma`). Newcomers yield
-        only where their sender's link binds them: a first filling at the bursts' weights finds
-        each connection's bottleneck, and a second runs with those newcomers' weights reduced."""
+        links, in rate per unit of weight; all weights 1 without `weight_sigma`)."""
         self.dirty = False
         active = self.active
         if not active:
             return
-        c_rate, c_rem, c_t = self.c_rate, self.c_rem, self.c_t
+        c_up, c_down, c_rate, c_rem, c_t = self.c_up, self.c_down, self.c_rate, self.c_rem, self.c_t
+        cap, c_w = self.cap, self.c_w
+        count: dict[int, float] = {}  # per link: total weight of its connections not yet fixed
+        conns_on: dict[int, list[int]] = {}
         for c in active:
             # Bring the bytes left up to date at the old rate.
             rate = c_rate[c]
@@ -249,16 +244,39 @@ class LinkNetwork:
                 if c_rem[c] < 0.0:
                     c_rem[c] = 0.0
             c_t[c] = now
-        c_w, c_bw, c_new, c_up, c_down = self.c_w, self.c_bw, self.c_new, self.c_up, self.c_down
-        newcomers = [c for c in active if c_new[c]] if self.newcomers_yield else []
-        for c in newcomers:
-            c_w[c] = c_bw[c]
-        new_rate, bound_by, conns_on = self._fill()
-        yielding = [c for c in newcomers if bound_by[c] == c_up[c]]
-        if yielding:
-            for c in yielding:
-                c_w[c] = c_bw[c] * self.newcomer_weight
-            new_rate, _, conns_on = self._fill()
+            for link in (c_up[c], c_down[c]):
+                lst = conns_on.get(link)
+                if lst is None:
+                    conns_on[link] = [c]
+                    count[link] = c_w[c]
+                else:
+                    lst.append(c)
+                    count[link] += c_w[c]
+        left = {link: cap[link] for link in count}
+        heap = [(left[link] / n, link) for link, n in count.items()]
+        heapq.heapify(heap)
+        new_rate: dict[int, float] = {}
+        weighted = self.weighted
+        while heap:
+            share, link = heapq.heappop(heap)
+            n = count[link]
+            if n <= 0 or left[link] / n != share:
+                continue  # stale entry: this link's share rose since it was pushed
+            for c in conns_on[link]:
+                if c in new_rate:
+                    continue
+                rate = share * c_w[c] if weighted else share
+                new_rate[c] = rate
+                other = c_down[c] if c_up[c] == link else c_up[c]
+                left[other] -= rate
+                count[other] -= c_w[c] if weighted else 1
+                if count[other] > 1e-12:
+                    if left[other] < 0.0:
+                        left[other] = 0.0
+                    heapq.heappush(heap, (left[other] / count[other], other))
+                else:
+                    count[other] = 0
+            count[link] = 0
         l_rate, push, kind_done = self.l_rate, self.queue.push, self.kind_done
         for link in conns_on:
             self._account(link, now)
@@ -272,50 +290,6 @@ class LinkNetwork:
             ver = self.c_ver[c] + 1
             self.c_ver[c] = ver
             push(now + c_rem[c] / rate, kind_done, c, ver)
-
-    def _fill(self) -> tuple[dict[int, float], dict[int, int], dict[int, list[int]]]:
-        """Progressive filling at the weights `c_w`: each active connection's rate, the link that
-        fixed it, and the active connections on each link."""
-        c_up, c_down, cap, c_w = self.c_up, self.c_down, self.cap, self.c_w
-        count: dict[int, float] = {}  # per link: total weight of its connections not yet fixed
-        conns_on: dict[int, list[int]] = {}
-        for c in self.active:
-            for link in (c_up[c], c_down[c]):
-                lst = conns_on.get(link)
-                if lst is None:
-                    conns_on[link] = [c]
-                    count[link] = c_w[c]
-                else:
-                    lst.append(c)
-                    count[link] += c_w[c]
-        left = {link: cap[link] for link in count}
-        heap = [(left[link] / n, link) for link, n in count.items()]
-        heapq.heapify(heap)
-        new_rate: dict[int, float] = {}
-        bound_by: dict[int, int] = {}
-        weighted = self.weighted
-        while heap:
-            share, link = heapq.heappop(heap)
-            n = count[link]
-            if n <= 0 or left[link] / n != share:
-                continue  # stale entry: this link's share rose since it was pushed
-            for c in conns_on[link]:
-                if c in new_rate:
-                    continue
-                rate = share * c_w[c] if weighted else share
-                new_rate[c] = rate
-                bound_by[c] = link
-                other = c_down[c] if c_up[c] == link else c_up[c]
-                left[other] -= rate
-                count[other] -= c_w[c] if weighted else 1
-                if count[other] > 1e-12:
-                    if left[other] < 0.0:
-                        left[other] = 0.0
-                    heapq.heappush(heap, (left[other] / count[other], other))
-                else:
-                    count[other] = 0
-            count[link] = 0
-        return new_rate, bound_by, conns_on
 
     def bytes_carried(self, link: int, now: float) -> float:
         """Bytes the link has carried up to `now` (rates are constant since the last change)."""
