@@ -37,9 +37,10 @@ class CommModel:
     `measured_allreduce` holds whole-collective fits per worker count from `sgdscale netbench`;
     where one exists it replaces the formula, because real libraries (gloo) pick their own algorithm
     per message size. `measured_curves` keeps the measured times themselves (each size's lower
-    quartile of repeats, `CURVE_QUANTILE`), (sizes, times) per worker count: inside the measured range a collective's time is interpolated between them
-    (a line through 1 kB..16 MB misses gloo's size-dependent algorithms by up to 60%), beyond it
-    the fitted slope extends the last point. `interference`: how compute and collectives slow each
+    quartile of repeats, `CURVE_QUANTILE`), (sizes, times) per worker count: inside the measured
+    range a collective's time is interpolated between them (a line through 1 kB..16 MB misses
+    gloo's size-dependent algorithms by up to 60%), beyond it the fitted slope extends the last
+    point. `interference`: how compute and collectives slow each
     other where they overlap (sgdscale.comm.interference; None = not at all).
     """
 
