@@ -31,6 +31,7 @@ def parse(argv: list[str], description: str, default_iterations: int,
     parser.add_argument("--bandwidth-mbit", type=float, required=True)
     parser.add_argument("--quota", type=float, required=True)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--ps", type=int, default=1, help="server shards of the PS strategies")
     parser.add_argument("--iterations", type=int, default=default_iterations)
     if strategy is None:
         parser.add_argument("--strategy", default="ps-async")
@@ -43,7 +44,7 @@ def parse(argv: list[str], description: str, default_iterations: int,
 def run(args: argparse.Namespace, train_args: list[str], out_stem: Path) -> tuple[float, dict]:
     """Train the case with the trace comparison; keep the trace; (measured samples/s, the trace)."""
     out_stem.parent.mkdir(parents=True, exist_ok=True)
-    ps = ["--ps", "1"] if args.strategy.startswith("ps") else []
+    ps = ["--ps", str(args.ps)] if args.strategy.startswith("ps") else []
     with tempfile.TemporaryDirectory() as tmp:
         trace_path, out_path = Path(tmp) / "compare.json", Path(tmp) / "m.json"
         subprocess.run([sys.executable, "-m", "sgdscale", "train", *train_args, "--strategy", args.strategy, *ps,

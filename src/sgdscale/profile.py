@@ -101,6 +101,11 @@ class Profile(_Strict):
         default=None, description="DDP's local work with the buffers before every training forward (re-collecting "
         "them, flattening them into one tensor per dtype, copying the broadcast values back), timed on the "
         "profiling node; None: not measured (a profile made before sgdscale measured it, or an imported one)")
+    ddp_overhead_s: Seconds | None = Field(
+        default=None, description="what wrapping the model in PyTorch DDP adds to a training step with nothing to "
+        "talk to (one process, world size 1: the reducer's hooks and bucket copies, the buffer work), the median "
+        "of paired steps with and without DDP on the profiling node; None: not measured (older, imported or "
+        "GPU profiles)")
 
     @model_validator(mode="after")
     def _unique_tensor_names(self) -> Profile:

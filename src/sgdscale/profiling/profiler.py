@@ -22,7 +22,8 @@ How time is attributed (so the parts add up exactly to the instrumented step):
   step           data_s = synthetic batch creation; h2d_s = copy to the device (0 on the CPU,
                  where the no-op copy's microseconds stay in data_s);
                  optimizer_s = ``zero_grad(set_to_none=True)`` + ``SGD(momentum=0.9).step()``;
-                 buffer_sync_s = DDP's local work with the buffers before a forward (`buffer_sync_s`).
+                 buffer_sync_s = DDP's local work with the buffers before a forward (`buffer_sync_s`);
+                 ddp_overhead_s = what DDP adds to a step in a one-process group (`ddp_overhead_s`).
 The same number of *uninstrumented* steps (no hooks at all) are interleaved with the instrumented
 ones; their wall times are `iteration_s`, and ``provenance.consistency`` records how far the sum
 of the instrumented parts is from them (hook overhead plus noise). All reported times are means
@@ -423,8 +424,9 @@ def _run(
 
     counts = count_step([layer.module for layer in layers], params, param_layer, run_forward, optimizer)
     buffer_sync = buffer_sync_s(module, max(20, iterations), dev)
+    ddp_overhead = ddp_overhead_s(module, workload, batch_size, max(10, iterations), dev, dtype)
     return _build_profile(workload, layers, param_layer, records, plain, batch_size, batch_shape, dev,
-                          extra_provenance, counts, precision, buffer_sync)
+                          extra_provenance, counts, precision, buffer_sync, ddp_overhead)
 
 
 def buffer_sync_s(module: nn.Module, repeats: int, dev: Any) -> float:
@@ -455,6 +457,59 @@ def buffer_sync_s(module: nn.Module, repeats: int, dev: Any) -> float:
     return (time.perf_counter() - began) / repeats
 
 
+def ddp_overhead_s(module: nn.Module, workload: Workload, batch_size: int, pairs: int, dev: Any,
+                   dtype: Any) -> float | None:
+    """Median of what DDP adds to a training step of `module` with nothing to talk to: `pairs` pairs of
+    steps, one of a copy of the module as it is and one of another copy wrapped in
+    `DistributedDataParallel` in a one-process gloo group, back to back (alternating which goes
+    first), each with its own SGD(momentum). DDP's reducer hooks every gradient, copies it into its
+    bucket and back, and DDP re-collects and flattens the buffers before every forward: under a CPU
+    quota that work costs a step far more than its CPU time (cnn, 0.27 cores: 12.4 ms of a 76 ms
+    step for 1.0-1.6 ms of CPU; `benchmarks/step_anatomy.py`), and a single-process profile holds
+    none of it. None on a GPU, where torch.distributed is unavailable or already in use, or where DDP
+    refuses the model (parameters its forward leaves unused)."""
+    import copy
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    if dev.type != "cpu" or not dist.is_available() or dist.is_initialized():
+        return None
+    with tempfile.TemporaryDirectory() as folder:
+        dist.init_process_group("gloo", store=dist.FileStore(f"{folder}/store", 1), rank=0, world_size=1)
+        try:
+            plain_module = copy.deepcopy(module)
+            wrapped = DistributedDataParallel(copy.deepcopy(module))
+            nets = {"plain": plain_module, "ddp": wrapped}
+            optimizers = {name: torch.optim.SGD(net.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
+                          for name, net in nets.items()}
+            x, y = workload.make_batch(batch_size)
+            x, y = _to(x, dev, dtype), _to(y, dev)
+
+            def step(name: str) -> float:
+                began = time.perf_counter()
+                optimizers[name].zero_grad(set_to_none=True)
+                workload.loss_fn(_call(nets[name], x), y).backward()
+                optimizers[name].step()
+                return time.perf_counter() - began
+
+            try:
+                for name in ("plain", "ddp", "plain", "ddp"):  # warm-up: the reducer builds its buckets
+                    step(name)
+            except RuntimeError:  # DDP refuses a model whose forward leaves parameters unused
+                return None
+            added = []
+            for i in range(pairs):
+                order = ("plain", "ddp") if i % 2 == 0 else ("ddp", "plain")
+                times = {name: step(name) for name in order}
+                added.append(times["ddp"] - times["plain"])
+            del wrapped
+        finally:
+            dist.destroy_process_group()
+    return max(0.0, float(statistics.median(added)))
+
+
 def _build_profile(
     workload: Workload,
     layers: list[_Layer],
@@ -468,6 +523,7 @@ def _build_profile(
     counts: StepCounts,
     precision: str,
     buffer_sync: float = 0.0,
+    ddp_overhead: float | None = None,
 ) -> Profile:
     n_layers = len(layers)
     n_params = len(param_layer)
@@ -594,5 +650,6 @@ def _build_profile(
             "device_key": _catalog_key(dev),
             "buffer_bytes": sum(b.numel() * b.element_size() for b in workload.module.buffers()),
             "buffer_sync_s": buffer_sync,
+            "ddp_overhead_s": ddp_overhead,
         }
     )
