@@ -135,44 +135,21 @@ def test_both_methods_hold_every_forward_for_the_buffer_broadcast(method):
     assert exposed[profile.buffer_bytes] - exposed[0] == pytest.approx(broadcast, rel=1e-6)
 
 
-def test_ddps_other_work_is_what_the_profile_measured_beyond_the_copies_and_buffers():
-    """`ddp_overhead_s` less the copies into and out of buckets and the buffers' local work, never below 0."""
-    from sgdscale.bucket_copies import ddp_rest_s
-
-    profile = _profile()  # 3 MB of gradients
-    assert ddp_rest_s(profile, 1e-9) == 0.0  # not measured
-    measured = profile.model_copy(update={"ddp_overhead_s": 0.010})
-    assert ddp_rest_s(measured, 1e-9) == pytest.approx(0.010 - 2 * 1e-9 * 3e6)
-    buffered = measured.model_copy(update={"buffer_bytes": 1000, "buffer_sync_s": 0.001})
-    assert ddp_rest_s(buffered, 1e-9) == pytest.approx(0.010 - 0.006 - 0.001)
-    assert ddp_rest_s(measured.model_copy(update={"ddp_overhead_s": 0.001}), 1e-9) == 0.0
-
-
-def test_ddps_other_work_delays_the_last_gradient_only():
-    shifted = with_copy_in(_profile(), 0.0, 0.004)
-    a, b = shifted.layers
-    assert a.params[0].grad_ready_s == pytest.approx(0.034) and a.backward_s == pytest.approx(0.024)
-    assert b.params[0].grad_ready_s == pytest.approx(0.01) and b.backward_s == pytest.approx(0.01)
-
-
 @pytest.mark.parametrize("method", ["fine", "coarse"])
-def test_both_methods_add_ddps_other_work_to_a_compute_bound_step(method):
-    """cnn (0.4 MB in one bucket, launched after backward) at 10 Gbit/s, no variability: DDP's measured
-    work beyond the copies lengthens the step by exactly itself; one worker and PS do not pay it."""
-    from sgdscale.bucket_copies import ddp_rest_s
+def test_ddps_measured_step_work_is_reported_not_charged(method):
+    """Held out on set 29, charging the profile's `ddp_overhead_s` was not kept: predictions ignore it
+    and `sgdscale predict` says what was measured."""
+    from sgdscale.bucket_copies import ddp_overhead_note
 
     profile = load_profile("cnn")
-    comm = CommModel.from_link(10e9, 20e-6)
-    overhead = 0.005
-    measured = profile.model_copy(update={"ddp_overhead_s": overhead})
-    rest = ddp_rest_s(measured, comm.copy_s_per_byte)
-    assert 0 < rest <= overhead
+    measured = profile.model_copy(update={"ddp_overhead_s": 0.012})
+    comm = CommModel.from_link(1e9, 20e-6)
 
-    def step(prof, workers=2, strategy="allreduce"):
-        result = predict(prof, Cluster(workers, 10e9), Strategy(kind=strategy), comm, [workers], methods=(method,),
+    def step(prof):
+        result = predict(prof, Cluster(2, 1e9), Strategy(kind="allreduce"), comm, [2], methods=(method,),
                          variability=False)
         return result.results[0].iteration_s["mean"]
 
-    assert step(measured) - step(profile) == pytest.approx(rest, rel=1e-6)
-    assert step(measured, workers=1) == pytest.approx(step(profile, workers=1))
-    assert step(measured, strategy="ps-sync") == pytest.approx(step(profile, strategy="ps-sync"))
+    assert step(measured) == step(profile)
+    assert ddp_overhead_note(profile) is None
+    assert "12.00 ms" in ddp_overhead_note(measured) and "not charged" in ddp_overhead_note(measured)

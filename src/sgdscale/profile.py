@@ -104,8 +104,8 @@ class Profile(_Strict):
     ddp_overhead_s: Seconds | None = Field(
         default=None, description="what wrapping the model in PyTorch DDP adds to a training step with nothing to "
         "talk to (one process, world size 1: the reducer's hooks and bucket copies, the buffer work), the median "
-        "of paired steps with and without DDP on the profiling node; None: not measured (older, imported or "
-        "GPU profiles)")
+        "of paired steps with and without DDP on the profiling node; recorded, not charged by the models "
+        "(sgdscale.bucket_copies); None: not measured (older, imported or GPU profiles)")
 
     @model_validator(mode="after")
     def _unique_tensor_names(self) -> Profile:

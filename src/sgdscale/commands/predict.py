@@ -258,11 +258,13 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
     if plan.kind == "allreduce" and plan.grouping == "buckets" and max(counts) > 1:
-        from sgdscale.bucket_copies import buffers_note, copies_note, rest_note
+        from sgdscale.bucket_copies import buffers_note, copies_note, ddp_overhead_note
 
         notes.append(copies_note(loaded, comm.copy_s_per_byte))
         notes.append(buffers_note(loaded))
-        notes.append(rest_note(loaded, comm.copy_s_per_byte))
+        overhead = ddp_overhead_note(loaded)
+        if overhead:
+            notes.append(overhead)
 
     with DelayedProgress(err) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,

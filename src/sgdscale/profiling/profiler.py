@@ -401,8 +401,9 @@ def _run(
     )
     records: list[_Iteration] = []
     plain: list[float] = []
+    ddp_pairs = max(10, iterations)
     with bar:
-        task = bar.add_task("steps", total=warmup + 2 * iterations)
+        task = bar.add_task("steps", total=warmup + 2 * iterations + 2 * (ddp_pairs + 2))
         for _ in range(warmup):
             step(None)
             bar.advance(task)
@@ -416,6 +417,8 @@ def _run(
                 else:
                     plain.append(step(None))
                 bar.advance(task)
+        ddp_overhead = ddp_overhead_s(module, workload, batch_size, ddp_pairs, dev, dtype,
+                                      advance=lambda: bar.advance(task))
     optimizer.zero_grad(set_to_none=True)
 
     def run_forward() -> Any:
@@ -424,7 +427,6 @@ def _run(
 
     counts = count_step([layer.module for layer in layers], params, param_layer, run_forward, optimizer)
     buffer_sync = buffer_sync_s(module, max(20, iterations), dev)
-    ddp_overhead = ddp_overhead_s(module, workload, batch_size, max(10, iterations), dev, dtype)
     return _build_profile(workload, layers, param_layer, records, plain, batch_size, batch_shape, dev,
                           extra_provenance, counts, precision, buffer_sync, ddp_overhead)
 
@@ -458,7 +460,7 @@ def buffer_sync_s(module: nn.Module, repeats: int, dev: Any) -> float:
 
 
 def ddp_overhead_s(module: nn.Module, workload: Workload, batch_size: int, pairs: int, dev: Any,
-                   dtype: Any) -> float | None:
+                   dtype: Any, advance: Callable[[], None] = lambda: None) -> float | None:
     """Median of what DDP adds to a training step of `module` with nothing to talk to: `pairs` pairs of
     steps, one of a copy of the module as it is and one of another copy wrapped in
     `DistributedDataParallel` in a one-process gloo group, back to back (alternating which goes
@@ -466,7 +468,7 @@ def ddp_overhead_s(module: nn.Module, workload: Workload, batch_size: int, pairs
     bucket and back, and DDP re-collects and flattens the buffers before every forward: under a CPU
     quota that work costs a step far more than its CPU time (cnn, 0.27 cores: 12.4 ms of a 76 ms
     step for 1.0-1.6 ms of CPU; `benchmarks/step_anatomy.py`), and a single-process profile holds
-    none of it. None on a GPU, where torch.distributed is unavailable or already in use, or where DDP
+    none of it. Recorded, not charged by the models (`sgdscale.bucket_copies`: held out on set 29). None on a GPU, where torch.distributed is unavailable or already in use, or where DDP
     refuses the model (parameters its forward leaves unused)."""
     import copy
     import tempfile
@@ -492,7 +494,9 @@ def ddp_overhead_s(module: nn.Module, workload: Workload, batch_size: int, pairs
                 optimizers[name].zero_grad(set_to_none=True)
                 workload.loss_fn(_call(nets[name], x), y).backward()
                 optimizers[name].step()
-                return time.perf_counter() - began
+                seconds = time.perf_counter() - began
+                advance()
+                return seconds
 
             try:
                 for name in ("plain", "ddp", "plain", "ddp"):  # warm-up: the reducer builds its buckets
