@@ -56,6 +56,24 @@ def test_strategy_yields_well_formed_measurement(strategy, extra):
         assert seen[-1][1] == 6 and all(done <= total for done, total in seen)
 
 
+@pytest.mark.parametrize("strategy, extra", [("allreduce", {}), ("ps-async", {"ps_count": 1})])
+def test_a_real_run_times_its_own_compute_reference_around_the_window(strategy, extra):
+    """`reference_steps` plain steps of a private copy of the model (half before the window, half
+    after), on every worker, beside the measured window; the trained parameters are those of a run
+    without them."""
+    m = run_training(_config(strategy=strategy, reference_steps=5, return_params=True, **extra), timeout_s=90)
+    plain = run_training(_config(strategy=strategy, return_params=True, **extra), timeout_s=90)
+    if strategy == "allreduce":  # async PS: workers interleave differently from run to run
+        assert m.workers[0].extra["params"] == plain.workers[0].extra["params"]
+    for worker in m.workers:
+        steps = worker.extra["reference_step_s"]
+        assert len(steps) == 5 and all(0 < s < 1.0 for s in steps)
+        assert len(worker.iteration_s) == 4
+    from sgdscale.validation import reference_step_s
+
+    assert reference_step_s(m) > 0 and reference_step_s(plain) is None
+
+
 def _reference_steps(config: TrainConfig) -> list[torch.Tensor]:
     """`config.iterations` single-process steps of SGD with the profiler's momentum on the gradient
     averaged over the workers' batches of each iteration."""

@@ -153,3 +153,16 @@ def test_summary_reports_real_and_replay_cases_apart():
     summary = {(item["kind"], item["method"], item["strategy"]): item for item in summarize(rows)}
     assert summary["real", "fine", "all"]["max_abs_error"] == pytest.approx(0.30)
     assert summary["replay", "fine", "all"]["max_abs_error"] == pytest.approx(0.02)
+
+
+def test_at_run_speed_scales_the_plain_step_to_the_runs_reference():
+    """The profile's uninstrumented step less its batch creation becomes the run's reference step;
+    every part scales by the same factor."""
+    from sgdscale.profile import load_profile
+    from sgdscale.validation import at_run_speed
+
+    profile = load_profile("resnet18")
+    plain = profile.iteration_s.p50 - profile.step.data_s
+    scaled = at_run_speed(profile, 1.5 * plain)
+    assert scaled.compute_s == pytest.approx(1.5 * profile.compute_s)
+    assert scaled.layers[0].forward_s == pytest.approx(1.5 * profile.layers[0].forward_s)

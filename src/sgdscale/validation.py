@@ -160,6 +160,28 @@ def case_kind(row: dict[str, Any]) -> str:
     return row.get("kind", "real")
 
 
+REFERENCE_STEPS = 6  # a real run's own compute reference: 3 plain steps before its window, 3 after
+RUN_SPEED_METHODS = ("fine-run-speed", "coarse-run-speed")
+
+
+def reference_step_s(measurement: Any) -> float | None:
+    """The run's compute reference (`runtime.worker.ComputeReference`): the median over workers of
+    each worker's median plain step, or None for a run without one (replays, older runs)."""
+    per_worker = [statistics.median(w.extra["reference_step_s"]) for w in measurement.workers
+                  if w.extra and w.extra.get("reference_step_s")]
+    return statistics.median(per_worker) if per_worker else None
+
+
+def at_run_speed(profile: Any, reference_step_s: float) -> Any:
+    """`profile` with every compute time scaled by one factor, so that its plain step (the profile's
+    uninstrumented step less its batch creation, which the reference steps skip) takes the run's
+    reference step."""
+    from sgdscale.calibrate import to_step_time
+
+    plain_s = (profile.iteration_s.p50 if profile.iteration_s else profile.compute_s) - profile.step.data_s
+    return to_step_time(profile, profile.compute_s * reference_step_s / plain_s)
+
+
 def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median and maximum absolute error per kind of case, method and strategy, and per kind and
     method overall: real and replay cases are never pooled."""
@@ -167,7 +189,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     summary = []
     for kind in sorted({case_kind(r) for r in rows}):
         of_kind = [r for r in rows if case_kind(r) == kind]
-        for method in ("fine", "coarse", "fine-nominal", "coarse-nominal"):
+        for method in ("fine", "coarse", "fine-nominal", "coarse-nominal", *RUN_SPEED_METHODS):
             for strategy in sorted({r["strategy"] for r in of_kind}) + ["all"]:
                 errors = [abs(r["error"][method]) for r in of_kind
                           if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
@@ -296,10 +318,14 @@ class Validator:
         return path
 
     # ---------------------------------------------------------------- one case
-    def predict_case(self, case: Case, round_index: int = 0) -> dict[str, Any]:
+    def predict_case(self, case: Case, round_index: int = 0, reference_step_s: float | None = None
+                     ) -> dict[str, Any]:
         """Both methods' results given the measured network file ("fine", "coarse") and given only
         the nominal bandwidth and default latency ("fine-nominal", "coarse-nominal"), as a user
-        without a network benchmark would predict."""
+        without a network benchmark would predict. Given the run's own compute reference (a real
+        case's `reference_step_s`), also from the measured network with the profile scaled to the
+        run's compute speed ("fine-run-speed", "coarse-run-speed"): a diagnostic, not a prediction
+        anyone could make beforehand, that tells the model's error from the machine's drift."""
         from sgdscale.cluster import Cluster
         from sgdscale.comm import CommModel
         from sgdscale.predict import predict
@@ -308,6 +334,11 @@ class Validator:
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
                              iterations=self.predict_iterations, variability=variability)
         results = {r.method: r for r in prediction.results if r.workers == case.workers}
+        if reference_step_s:
+            at_speed = predict(at_run_speed(profile, reference_step_s), cluster, strategy, comm, [case.workers],
+                               methods=("fine", "coarse"), iterations=self.predict_iterations,
+                               variability=variability)
+            results.update({f"{r.method}-run-speed": r for r in at_speed.results if r.workers == case.workers})
         nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
         nominal = predict(profile, nominal_cluster, strategy,
                           CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), [case.workers],
@@ -353,7 +384,8 @@ class Validator:
         common = dict(workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
                       iterations=self.grid.iterations_for(case.strategy), warmup=self.grid.warmup,
                       bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
-                      trace=self.trace_dir is not None)
+                      trace=self.trace_dir is not None,
+                      reference_steps=REFERENCE_STEPS if case.spec.kind == "real" else 0)
         if case.spec.kind == "replay":
             config = replay_config(str(self.profile_path(case.spec)), case.spec.replay_compute, **common)
             config.model = case.spec.name
@@ -383,6 +415,7 @@ class Validator:
             self.write_trace(case, round_index, measurement)
         run = {
             "round": round_index,
+            "reference_step_s": reference_step_s(measurement),
             "measured_throughput": measurement.throughput,
             "measured_iteration_s": measurement.iteration_s.model_dump(),
             "run_wall_s": time.time() - started,
@@ -392,7 +425,7 @@ class Validator:
 
     def predict_run(self, case: Case, run: dict[str, Any]) -> dict[str, Any]:
         """`run` with its predictions (re)computed from its round's profile and the network file."""
-        predicted = self.predict_case(case, run.get("round", 0))
+        predicted = self.predict_case(case, run.get("round", 0), run.get("reference_step_s"))
         return {
             **run,
             "predicted_throughput": {m: r.throughput for m, r in predicted.items()},

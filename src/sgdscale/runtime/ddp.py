@@ -37,7 +37,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from sgdscale.profiling.profiler import MOMENTUM
 from sgdscale.runtime.rank import RankContext
-from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
+from sgdscale.runtime.worker import (
+    ComputeReference,
+    EventRecorder,
+    IterationLog,
+    Setup,
+    clock,
+    maybe_fault,
+    recorder_for,
+)
 
 
 class ManualAllReduce:
@@ -131,6 +139,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         return time.perf_counter()
 
     recorder = recorder_for(config)
+    reference = ComputeReference(setup, config)  # a copy of the plain model, before DDP hooks it
     if grouping == "buckets":
         kwargs: dict[str, Any] = {} if config.get("bucket_mb") is None else {"bucket_cap_mb": config["bucket_mb"]}
         if on_gpu:
@@ -152,6 +161,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     total = config["warmup"] + config["iterations"]
     log = IterationLog()
     extra: dict[str, Any] = {}
+    reference.run(reference.before)
     dist.barrier()
     for iteration in range(total):
         maybe_fault(config, ctx.rank, iteration)
@@ -177,6 +187,8 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
         ctx.report_progress(iteration + 1)
         if iteration == total - 1 and grouping == "buckets" and ctx.rank == 0:
             extra.update(_ddp_buckets(net))
+    reference.run(reference.after)
+    reference.record(extra)
     extra["backend"] = ctx.backend
     if manual is not None:
         extra["groups"] = len(manual.groups)

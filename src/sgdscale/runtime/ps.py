@@ -45,7 +45,15 @@ import torch.distributed as dist
 from sgdscale.placement import place_tensors
 from sgdscale.profiling.profiler import MOMENTUM
 from sgdscale.runtime.rank import RankContext, run_threads
-from sgdscale.runtime.worker import EventRecorder, IterationLog, Setup, clock, maybe_fault, recorder_for
+from sgdscale.runtime.worker import (
+    ComputeReference,
+    EventRecorder,
+    IterationLog,
+    Setup,
+    clock,
+    maybe_fault,
+    recorder_for,
+)
 
 
 def _placement(params: list[torch.Tensor], config: dict[str, Any]) -> list[int]:
@@ -65,6 +73,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     pushes: list[Any] = []
     waited = [0.0]
     recorder = recorder_for(config)
+    reference = ComputeReference(setup, config)  # a copy of the plain model, before the hooks below
 
     def wait_pull_untraced(indices: list[int]) -> None:
         for i in indices:
@@ -112,6 +121,7 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
 
     total = config["warmup"] + config["iterations"]
     log = IterationLog()
+    reference.run(reference.before)
     dist.barrier()
     post_pulls()  # the shards send the initial parameters
     for iteration in range(total):
@@ -147,7 +157,9 @@ def run_worker(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     wait_pull(list(pulls))
     for work in pushes:
         work.wait()
+    reference.run(reference.after)  # the shards are done with this worker: no traffic left to slow it
     extra: dict[str, Any] = {}
+    reference.record(extra)
     if config.get("return_params"):
         extra["params"] = [p.detach().flatten().tolist() for p in params]
     if setup.replay is not None:

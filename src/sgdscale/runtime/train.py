@@ -62,6 +62,7 @@ class TrainConfig:
     replay: dict[str, Any] | None = None  # a profile's JSON: run its replay module (runtime/replay.py)
     replay_compute: str | None = None  # replay only: "sleep" (default) or "spin"
     trace: bool = False  # ranks timestamp events inside their steps (runtime/worker.EventRecorder)
+    reference_steps: int = 0  # local steps of the plain model around the window (runtime/worker.ComputeReference)
 
     @property
     def world_size(self) -> int:

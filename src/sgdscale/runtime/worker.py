@@ -124,6 +124,41 @@ class EventRecorder:
                 for thread, name, iteration, start_s, duration_s, args in self.rows if iteration >= warmup]
 
 
+class ComputeReference:
+    """The run's own compute reference: steps of a private copy of the plain model (no communication,
+    no DDP, SGD with momentum as profiled), timed on the rank's node just before and just after the
+    measured window (`config["reference_steps"]`, half each side; 0: none). The machine's speed
+    drifts by 20-35% within minutes (`benchmarks/profile_vs_run.py`), more than a profile taken
+    beforehand can follow, so validation scales the profile to this step to tell the model's error
+    from the drift (`sgdscale.validation`). Not for replays: their compute is the profile."""
+
+    def __init__(self, setup: Setup, config: dict[str, Any]) -> None:
+        import copy
+
+        from sgdscale.profiling.profiler import MOMENTUM
+
+        steps = 0 if setup.replay is not None else int(config.get("reference_steps") or 0)
+        self.before, self.after = (steps + 1) // 2, steps // 2
+        self.seconds: list[float] = []
+        if steps:
+            self.module = copy.deepcopy(setup.workload.module)  # before any hook is registered on it
+            self.optimizer = torch.optim.SGD(self.module.parameters(), lr=config["lr"], momentum=MOMENTUM)
+            self.loss_fn = setup.workload.loss_fn
+            self.batch = setup.batch(0)
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            began = time.perf_counter()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.loss_fn(self.module(self.batch[0]), self.batch[1]).backward()
+            self.optimizer.step()
+            self.seconds.append(time.perf_counter() - began)
+
+    def record(self, extra: dict[str, Any]) -> None:
+        if self.seconds:
+            extra["reference_step_s"] = self.seconds
+
+
 def recorder_for(config: dict[str, Any]) -> EventRecorder | None:
     """An EventRecorder for a traced run, None otherwise (then nothing is timestamped)."""
     return EventRecorder() if config.get("trace") else None
