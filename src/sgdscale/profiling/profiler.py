@@ -401,7 +401,7 @@ def _run(
     )
     records: list[_Iteration] = []
     plain: list[float] = []
-    ddp_pairs = max(10, iterations)
+    ddp_pairs = max(10, iterations) if dev.type == "cpu" else 0  # ddp_overhead_s measures on the CPU only
     with bar:
         task = bar.add_task("steps", total=warmup + 2 * iterations + 2 * (ddp_pairs + 2))
         for _ in range(warmup):
@@ -468,8 +468,9 @@ def ddp_overhead_s(module: nn.Module, workload: Workload, batch_size: int, pairs
     bucket and back, and DDP re-collects and flattens the buffers before every forward: under a CPU
     quota that work costs a step far more than its CPU time (cnn, 0.27 cores: 12.4 ms of a 76 ms
     step for 1.0-1.6 ms of CPU; `benchmarks/step_anatomy.py`), and a single-process profile holds
-    none of it. Recorded, not charged by the models (`sgdscale.bucket_copies`: held out on set 29). None on a GPU, where torch.distributed is unavailable or already in use, or where DDP
-    refuses the model (parameters its forward leaves unused)."""
+    none of it. Recorded, not charged by the models (`sgdscale.bucket_copies`: held out on set 29).
+    None on a GPU, where torch.distributed is unavailable or already in use, or where DDP refuses the
+    model (parameters its forward leaves unused)."""
     import copy
     import tempfile
 
@@ -508,7 +509,6 @@ def ddp_overhead_s(module: nn.Module, workload: Workload, batch_size: int, pairs
                 order = ("plain", "ddp") if i % 2 == 0 else ("ddp", "plain")
                 times = {name: step(name) for name in order}
                 added.append(times["ddp"] - times["plain"])
-            del wrapped
         finally:
             dist.destroy_process_group()
     return max(0.0, float(statistics.median(added)))

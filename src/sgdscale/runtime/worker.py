@@ -129,8 +129,10 @@ class ComputeReference:
     no DDP, SGD with momentum as profiled), timed on the rank's node just before and just after the
     measured window (`config["reference_steps"]`, half each side; 0: none). The machine's speed
     drifts by 20-35% within minutes (`benchmarks/profile_vs_run.py`), more than a profile taken
-    beforehand can follow, so validation scales the profile to this step to tell the model's error
-    from the drift (`sgdscale.validation`). Not for replays: their compute is the profile."""
+    beforehand can follow, so validation also predicts from the profile scaled to this step
+    (`sgdscale.validation.at_run_speed`). On held-out set 30 that did not lower the error: the drift
+    of back-to-back compute is not what moves a real run (README). Not for replays: their compute is
+    the profile."""
 
     def __init__(self, setup: Setup, config: dict[str, Any]) -> None:
         import copy
