@@ -4,6 +4,7 @@ traced run."""
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from typing import Any
 
 import torch
 
+from sgdscale.profiling.profiler import MOMENTUM
 from sgdscale.profiling.zoo import Workload, build_workload
 
 
@@ -135,10 +137,6 @@ class ComputeReference:
     the profile."""
 
     def __init__(self, setup: Setup, config: dict[str, Any]) -> None:
-        import copy
-
-        from sgdscale.profiling.profiler import MOMENTUM
-
         steps = 0 if setup.replay is not None else int(config.get("reference_steps") or 0)
         self.before, self.after = (steps + 1) // 2, steps // 2
         self.seconds: list[float] = []
