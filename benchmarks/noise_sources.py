@@ -125,10 +125,12 @@ def main() -> int:
             for case_name, case in cases.items():
                 run = run_once(case, period_us, pinned, quota, args.iterations, args.warmup)
                 runs.setdefault((setting, case_name), []).append(run)
+                other = run["other_load_cores"]
                 print(f"round {round_index + 1}/{args.rounds} {setting:24s} {case_name:32s} "
                       f"{run['throughput']:7.1f} samples/s, received {run['received_cores']} cores, "
                       f"throttled {[round(f, 2) for f in run['throttled_periods_fraction']]}, "
-                      f"other load {run['other_load_cores']:.2f} cores, stolen {run['stolen_s']:.2f} s", flush=True)
+                      f"other load {'-' if other is None else f'{other:.2f}'} cores, "
+                      f"stolen {run['stolen_s']:.2f} s", flush=True)
     lines = ["# Noise sources of the emulated cluster", "",
              f"`benchmarks/noise_sources.py --rounds {args.rounds} --quota {args.quota} --settings {args.settings} "
              f"--cases {args.cases} --output {args.output}` "
@@ -141,7 +143,7 @@ def main() -> int:
         values = [r["throughput"] for r in case_runs]
         received = [c for r in case_runs for c in r["received_cores"] if c is not None]
         throttled = [f for r in case_runs for f in r["throttled_periods_fraction"]]
-        others = [r["other_load_cores"] for r in case_runs if r["other_load_cores"] is not None]
+        others = [r["other_load_cores"] for r in case_runs if r["other_load_cores"] is not None] or [float("nan")]
         lines.append(f"| {setting} | {case_name} | {statistics.median(values):.1f} | {spread(values):.1%} | "
                      f"{min(received, default=float('nan')):.3f}..{max(received, default=float('nan')):.3f} | "
                      f"{statistics.median(throttled):.0%} | {statistics.median(others):.2f} | "
