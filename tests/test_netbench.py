@@ -115,6 +115,8 @@ def test_local_netbench_writes_a_valid_network_file(tmp_path, capsys):
     # every all-reduce is followed by a timed copy of its tensor (DDP's copy back): a positive slope
     assert all(p.copy_s and len(p.copy_s) == 3 for p in net.points if p.op == "allreduce")
     assert net.bucket_copy is not None and net.bucket_copy.beta_s_per_byte > 0
+    # a tiny isend or irecv costs tens of microseconds of CPU here (28 us on a quiet machine)
+    assert net.cpu is not None and 2e-6 < net.cpu.message_s < 1e-3 and net.cpu.cores is None
 
 
 @pytest.mark.dist
@@ -136,6 +138,7 @@ def test_torchrun_ranks_then_collect(tmp_path):
     incast = [p for p in net.points if p.op == "incast"]
     assert all(p.senders_s and all(len(row) == 1 for row in p.senders_s) for p in incast)
     assert net.sharing is None  # one sender says nothing about sharing
+    assert net.cpu is not None and 2e-6 < net.cpu.message_s < 1e-3  # the per-message bursts, collected
 
 
 @needs_root

@@ -145,6 +145,8 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "p2p_beta_s_per_byte": comm.p2p.beta_s_per_byte,
             "measured_allreduce_workers": sorted(comm.measured_allreduce),
             "server_cpu_s_per_byte": comm.server_cpu_s_per_byte,
+            "server_cpu_s_per_message": comm.server_cpu_s_per_message,
+            "worker_cpu_s_per_message": comm.worker_cpu_s_per_message,
             "share_weight_sigma": comm.share_weight_sigma,
             "newcomer_share_weight": comm.newcomer_share_weight,
             "interference": (None if getattr(comm, "interference", None) is None else

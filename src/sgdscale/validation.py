@@ -357,7 +357,8 @@ class Validator:
         network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
         if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
-            comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
+            # a sleeping layer takes no CPU from gloo, nor gloo from it
+            comm = dataclasses.replace(comm, interference=None, worker_cpu_s_per_message=0.0)
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         variability = case.spec.kind != "replay"  # a replay spends the profiled means
         return profile, cluster, Strategy(kind=case.strategy), comm, variability

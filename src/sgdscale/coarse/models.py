@@ -26,6 +26,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, interference_of, overlap_end_s, ps_compute_slowdown
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
+from sgdscale.message_cpu import messages_per_shard, with_message_cpu
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
@@ -152,8 +153,11 @@ class _ServerCosts:
         self.alpha = topology.alpha_s if self.total_bytes > 0 else 0.0
         self.gamma = topology.gamma_s_per_byte
         self.update_s = profile.step.optimizer_s * self.fraction  # one shard's share of one update
-        # what moving a worker's bytes in and out costs the shard's CPU budget (async: once each way)
+        # what moving a worker's bytes and messages in and out costs the shard's CPU budget (async: once each way)
         self.server_cpu_s = 2.0 * self.bytes * self.topology.nic.server_cpu_s_per_byte
+        if topology.nic.server_cpu_s_per_message > 0:
+            self.server_cpu_s = self.server_cpu_s + 2.0 * topology.nic.server_cpu_s_per_message * messages_per_shard(
+                profile, strategy, topology, self.shards, cluster.workers)
 
     def async_nic_demands(self) -> tuple[np.ndarray, float]:
         """(per shard: seconds of its NIC per worker visit, one direction; a worker's mean own-NIC
@@ -186,6 +190,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     """
     n = cluster.workers
     scales = worker_scales(cluster)
+    profile = with_message_cpu(profile, Topology.of(cluster, comm, strategy).nic.worker_cpu_s_per_message)
     costs = _ServerCosts(profile, cluster, strategy, comm)
     pre_max = pre_barrier_max(profile, cluster, variability)
 
@@ -279,6 +284,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     """
     n = cluster.workers
     scales = worker_scales(cluster)
+    profile = with_message_cpu(profile, Topology.of(cluster, comm, strategy).nic.worker_cpu_s_per_message)
     costs = _ServerCosts(profile, cluster, strategy, comm)
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean

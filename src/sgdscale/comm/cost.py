@@ -54,6 +54,12 @@ class CommModel:
     # Wall seconds of a parameter server's CPU budget per byte it receives or sends: the measured CPU
     # cost of point-to-point transport over the cores it was measured at (0: moving bytes is free).
     server_cpu_s_per_byte: float = 0.0
+    # Wall seconds of a node's CPU budget per point-to-point message it sends or receives, apart from
+    # its bytes: the measured CPU per message over the cores (sgdscale.message_cpu; 0: free). A shard
+    # pays it per push received and reply sent, a PS worker per push and pull; a worker whose compute
+    # takes no CPU (a replay that sleeps) is given 0.
+    server_cpu_s_per_message: float = 0.0
+    worker_cpu_s_per_message: float = 0.0
     # How unequally concurrent point-to-point flows share a link: the log-normal sigma of each
     # burst's weight in weighted max-min sharing, fitted to measured incast completion spread
     # (sgdscale.comm.network.Sharing; 0: not measured, and the fine method simulates
@@ -84,10 +90,12 @@ class CommModel:
                 curves[workers] = (tuple(float(b) for b, _ in points), tuple(float(t) for _, t in points))
         cpu = network.cpu
         server_cpu = cpu.p2p_s_per_byte / cpu.cores if cpu is not None and cpu.p2p_s_per_byte and cpu.cores else 0.0
+        message_cpu = cpu.message_s / cpu.cores if cpu is not None and cpu.message_s and cpu.cores else 0.0
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
         copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
-                   Interference.from_network(network), server_cpu, sigma, NEWCOMER_SHARE_WEIGHT, copy)
+                   Interference.from_network(network), server_cpu, message_cpu, message_cpu, sigma,
+                   NEWCOMER_SHARE_WEIGHT, copy)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

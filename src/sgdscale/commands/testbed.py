@@ -157,6 +157,10 @@ def fits_table(network) -> Table:
                 budget = f" -> CPU-bound rate {format_bandwidth(8 * cpu.cores / value)} at {cpu.cores:g} cores" \
                     if cpu.cores else ""
                 notes.append(f"CPU cost of transport ({what}): {value * 1e9:.3g} ns/B{budget}")
+        if cpu.message_s:
+            notes.append(f"CPU cost of a point-to-point message apart from its bytes: {format_seconds(cpu.message_s)}"
+                         + (f" ({format_seconds(cpu.message_s / cpu.cores)} of a node at {cpu.cores:g} cores)"
+                            if cpu.cores else ""))
     if network.sharing is not None:
         notes.append(sharing_line(network.sharing))
     if network.outcast is not None:

@@ -65,6 +65,7 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     # sync PS (N copies summed, N replies), once each way in async PS.
     moved = 2 * (cluster.workers if strategy.kind == "ps-sync" else 1)
     server_cpu_s = topology.nic.server_cpu_s_per_byte * moved
+    server_message_s = topology.nic.server_cpu_s_per_message * moved  # each copy in, each reply out
     for group in groups:
         by_shard: dict[int, list[int]] = {}
         for i in group.tensors:
@@ -76,7 +77,8 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
             out_shard.append(s)
             out_layer.append(group.ready_layer)
             out_fraction.append(group.ready_fraction)
-            out_update.append((optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0) + server_cpu_s * nbytes)
+            out_update.append((optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0)
+                              + server_cpu_s * nbytes + server_message_s)
             for layer in sorted({layer_of[i] for i in by_shard[s]}):
                 need[layer].append(m)
     return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards)

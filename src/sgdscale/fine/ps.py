@@ -87,6 +87,7 @@ from sgdscale.fine.links import LinkNetwork
 from sgdscale.fine.ps_accounting import outcome, reference_blocked
 from sgdscale.fine.ps_trace import PsTrace
 from sgdscale.grouping import ready_offsets_s
+from sgdscale.message_cpu import with_message_cpu
 from sgdscale.profile import Profile
 from sgdscale.result import Outcome, TimelineSpec, timeline_spec
 from sgdscale.strategy import Strategy
@@ -101,6 +102,7 @@ def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     if not strategy.uses_servers:
         raise ValueError(f"simulate_ps runs parameter servers, not '{strategy.kind}'")
     topology = Topology.of(cluster, comm, strategy)
+    profile = with_message_cpu(profile, topology.nic.worker_cpu_s_per_message)
     plan = ps_plan(profile, cluster, strategy, topology)
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations

@@ -25,6 +25,11 @@ What is measured (gloo, CPU tensors, float32 payloads):
   (docs/interference.md).
 Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
 gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
+- messages (with p2p, ranks 0 and 1): the CPU a message costs apart from its bytes, as a parameter
+  server's pushes and pulls come (one isend or irecv per tensor): rank 0 posts MESSAGE_BURST isends
+  of MESSAGE_BYTES each to rank 1, which posts as many irecvs, both wait for all; then the other
+  way. Each rank's CPU time over the burst / MESSAGE_BURST is one sample per direction
+  (`CpuCost.message_s`: the median over both ranks and directions).
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
 `sgdscale.comm.network.fit_alpha_beta`) uses the median per size. The result is a
 `sgdscale.network/1` file (`sgdscale.comm.network.Network`).
@@ -64,6 +69,8 @@ OVERLAP_UNITS = 8  # compute-loop units per "alone" sample
 OUTCAST_HEAD_START = 0.3  # the second flow starts this fraction of a lone flow's time after the first
 OUTCAST_MIN_WEIGHT = 0.01  # a newcomer that got nothing measurable still moves eventually
 ELEMENT_BYTES = 4  # float32
+MESSAGE_BURST = 128  # messages per burst of the per-message CPU measurement (mobilenet_v2 has 158 tensors)
+MESSAGE_BYTES = 4  # one float: the per-byte cost is p2p's
 
 
 def message_sizes(min_bytes: float, max_bytes: float, points: int) -> list[int]:
@@ -103,6 +110,8 @@ def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
     ops = [op for op in config["ops"] if op in POINT_OPS and (op == "allreduce" or world_size >= 2)]
     steps = sum(len(op_sizes(config, op)) for op in ops) * (config["repeats"] + config["warmup"])
     if "overlap" in config["ops"]:
+        steps += config["repeats"] + config["warmup"]
+    if "p2p" in config["ops"] and world_size >= 2:  # the per-message CPU bursts
         steps += config["repeats"] + config["warmup"]
     if "outcast" in config["ops"] and world_size >= 3:
         steps += config["repeats"] + config["warmup"]
@@ -222,6 +231,16 @@ def bench_rank(ctx) -> dict[str, Any]:
             ctx.report_progress(done)
         if outcast:
             outcast["bytes"] = [outcast_bytes]
+    message_cpu: dict[str, list[float]] = {}
+    if "p2p" in config["ops"] and world >= 2:
+        tensors = [torch.zeros(MESSAGE_BYTES // ELEMENT_BYTES, dtype=torch.float32) for _ in range(MESSAGE_BURST)]
+        for repeat in range(warmup + repeats):
+            sample = _message_burst_cpu(dist, rank, tensors)
+            if repeat >= warmup:
+                for key, value in sample.items():
+                    message_cpu.setdefault(key, []).append(value)
+            done += 1
+            ctx.report_progress(done)
     for op in config["ops"]:
         if op not in POINT_OPS or (op != "allreduce" and world < 2):
             continue
@@ -279,7 +298,27 @@ def bench_rank(ctx) -> dict[str, Any]:
             if kept_senders:
                 completions[str(nbytes)] = kept_senders
     return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
-            "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
+            "message_cpu_s": message_cpu, "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
+
+
+def _message_burst_cpu(dist, rank: int, tensors) -> dict[str, float]:
+    """One repeat of the per-message CPU measurement on ranks 0 and 1 (module docstring, `messages`):
+    CPU seconds per message this rank spent sending a burst, and receiving one."""
+    sample = {}
+    for sender in (0, 1):
+        dist.barrier()
+        start = _cpu_s()
+        if rank == sender:
+            works = [dist.isend(t, dst=1 - rank, tag=i) for i, t in enumerate(tensors)]
+        elif rank == 1 - sender:
+            works = [dist.irecv(t, src=1 - rank, tag=i) for i, t in enumerate(tensors)]
+        else:
+            works = []
+        for work in works:
+            work.wait()
+        if rank in (0, 1):
+            sample["send" if rank == sender else "receive"] = (_cpu_s() - start) / len(tensors)
+    return sample
 
 
 def _timed_receives(dist, sources: Sequence[int], buffers, start: float,
@@ -419,9 +458,18 @@ def interference_from_results(results: Sequence[dict[str, Any]]) -> Interference
                            **{k: pooled[k] for k in keys})
 
 
-def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None) -> CpuCost | None:
+def message_cpu_from_results(results: Sequence[dict[str, Any]]) -> float | None:
+    """CPU seconds per message sent or received, apart from its bytes: the median of ranks 0 and 1's
+    burst samples, both directions (None where no burst was measured)."""
+    samples = [value for r in results for values in (r.get("message_cpu_s") or {}).values() for value in values]
+    return statistics.median(samples) if samples else None
+
+
+def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None,
+                         message_s: float | None = None) -> CpuCost | None:
     """CPU seconds per byte, the slope over the large messages (`fit_alpha_beta`): all-reduce per byte a
-    node sends (2(N-1)/N * M, the largest worker count measured), p2p per byte sent or received."""
+    node sends (2(N-1)/N * M, the largest worker count measured), p2p per byte sent or received; and
+    the measured CPU per message (`message_cpu_from_results`)."""
     def slope(chosen: list[BenchPoint], wire: Callable[[BenchPoint], float]) -> float | None:
         chosen = [p for p in chosen if p.cpu_s]
         if len({p.bytes for p in chosen}) < 2:
@@ -434,13 +482,14 @@ def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None) -> C
         most = max(p.workers for p in ar)
         ar_cost = slope([p for p in ar if p.workers == most], lambda p: 2 * (p.workers - 1) / p.workers * p.bytes)
     p2p_cost = slope([p for p in points if p.op == "p2p"], lambda p: 2 * p.bytes)
-    if ar_cost is None and p2p_cost is None:
+    if ar_cost is None and p2p_cost is None and message_s is None:
         return None
-    return CpuCost(allreduce_s_per_byte=ar_cost, p2p_s_per_byte=p2p_cost, cores=cores)
+    return CpuCost(allreduce_s_per_byte=ar_cost, p2p_s_per_byte=p2p_cost, message_s=message_s, cores=cores)
 
 
 def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any],
-                interference: InterferenceFit | None = None, outcast: Outcast | None = None) -> Network:
+                interference: InterferenceFit | None = None, outcast: Outcast | None = None,
+                message_cpu_s: float | None = None) -> Network:
     """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
     and incast per sender count (t against the total bytes received) with the link-sharing fit."""
     incast: dict[str, AlphaBeta] = {}
@@ -467,7 +516,7 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     quotas = environment.get("cpu_quota_cores")  # one value, or one per node
     cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
-                   environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores),
+                   environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores, message_cpu_s),
                    sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points), outcast=outcast)
 
 
@@ -536,7 +585,7 @@ def run_netbench(
     total = sum(steps_per_rank(c, n) for n, c in runs)
     done_before = 0
     points: list[BenchPoint] = []
-    interference = outcast = None
+    interference = outcast = message_cpu_s = None
     torch_version = None
     for count, run_config in runs:
         timeout_s = 60 + 3 * estimate_run_s(run_config, count, bandwidth_hint_bps)
@@ -550,6 +599,7 @@ def run_netbench(
         points += points_from_results(result.results)
         interference = interference_from_results(result.results) or interference
         outcast = outcast_from_results(result.results) or outcast
+        message_cpu_s = message_cpu_from_results(result.results) or message_cpu_s
         torch_version = result.results[0].get("torch")
         done_before += steps_per_rank(run_config, count)
         if on_progress is not None:
@@ -559,7 +609,8 @@ def run_netbench(
            "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier; "
                      "incast: rank 0 from a common barrier until every sender's message arrived",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
-    return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast)
+    return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast,
+                       message_cpu_s=message_cpu_s)
 
 
 def collect_results(directory: str | Path, environment: dict[str, Any] | None = None) -> Network:
@@ -580,4 +631,4 @@ def collect_results(directory: str | Path, environment: dict[str, Any] | None = 
            "repeats": repeats, "mode": "cluster (torchrun)", **(environment or {})}
     return fit_network(points, source=f"netbench on {len(results)} ranks (torchrun), collected from {directory}",
                        environment=env, interference=interference_from_results(results),
-                       outcast=outcast_from_results(results))
+                       outcast=outcast_from_results(results), message_cpu_s=message_cpu_from_results(results))

@@ -1,0 +1,77 @@
+"""What a parameter server's messages cost the CPU of the nodes that send and receive them.
+
+Every push and pull is a gloo isend or irecv of one tensor (the runtime's PS and the default PS
+grouping: one message per tensor and shard). Apart from its bytes (`server_cpu_s_per_byte`), a
+message costs CPU for the call, gloo's bookkeeping and the socket work: `sgdscale netbench` measures
+it on ranks 0 and 1 as a burst of tiny isends and irecvs (`CpuCost.message_s`: 28 us per message on
+this machine, alone and under a 0.28-core quota alike). Under a CPU budget of c cores each message
+takes message_s / c of the node's wall time (`CommModel.worker_cpu_s_per_message`,
+`server_cpu_s_per_message`).
+
+Why it matters: a many-tensor model's PS workers spend more CPU per step than their profile
+(mobilenet_v2, 158 tensors, 0.34 cores: 51-56 ms against 37-41 ms; `benchmarks/cpu_per_step.py`),
+and 316 messages per step at 28 us are 8.8 ms of it; per byte, the same model's 14 MB cost about
+1 ms.
+
+Where it goes:
+- a worker: each tensor's push runs on backward's thread right after the tensor is ready (the
+  gradient hook calls isend), so its layer's backward grows by one message and every later tensor
+  becomes ready that much later; each tensor's pull is received while forward runs, so its layer's
+  forward grows by one message (`with_message_cpu`). Where a worker's compute takes no CPU (a replay
+  that sleeps) the caller leaves this out (a zero `worker_cpu_s_per_message`).
+- a shard: each message it receives or sends, N copies in and N replies out per message in sync PS,
+  one each way in async PS, adds to its update of that message (`fine.dag.ps_plan`, the coarse
+  server station).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgdscale.grouping import group_gradients
+from sgdscale.placement import place_tensors
+from sgdscale.profile import Profile
+from sgdscale.strategy import Strategy
+
+
+def with_message_cpu(profile: Profile, s_per_message: float) -> Profile:
+    """The profile with one message's CPU added per tensor to its layer's backward (the push, which
+    also makes every later tensor ready later) and forward (the pull); unchanged for 0."""
+    if s_per_message <= 0:
+        return profile
+    # Cached on the (immutable) profile like bucket_copies.with_copy_in: sweeps predict it thousands of times.
+    cache = profile.__dict__.setdefault("_with_message_cpu", {})
+    if s_per_message not in cache:
+        cache[s_per_message] = _with_message_cpu(profile, s_per_message)
+    return cache[s_per_message]
+
+
+def _with_message_cpu(profile: Profile, s_per_message: float) -> Profile:
+    order = sorted((t.grad_ready_s, li, ti) for li, layer in enumerate(profile.layers)
+                   for ti, t in enumerate(layer.params) if t.grad_ready_s is not None)
+    shifted = {(li, ti): ready_s + s_per_message * (k + 1) for k, (ready_s, li, ti) in enumerate(order)}
+    layers = []
+    for li, layer in enumerate(profile.layers):
+        extra_s = s_per_message * len(layer.params)
+        if extra_s == 0:
+            layers.append(layer)
+            continue
+        params = [t.model_copy(update={"grad_ready_s": shifted[li, ti]}) if (li, ti) in shifted else t
+                  for ti, t in enumerate(layer.params)]
+        update = {"forward_s": layer.forward_s + extra_s, "backward_s": layer.backward_s + extra_s, "params": params}
+        for key in ("forward_samples_s", "backward_samples_s"):
+            if getattr(layer, key):
+                update[key] = [s + extra_s for s in getattr(layer, key)]
+        layers.append(layer.model_copy(update=update))
+    return profile.with_layers(layers)
+
+
+def messages_per_shard(profile: Profile, strategy: Strategy, comm, shards: int, workers: int) -> np.ndarray:
+    """One worker's push messages per step on each shard: each gradient group splits into one
+    message per shard holding its tensors (as `fine.dag.ps_plan` builds them)."""
+    tensor_shard = place_tensors([t.bytes for t in profile.tensors], shards, strategy.placement)
+    counts = np.zeros(shards)
+    for group in group_gradients(profile, strategy, comm, workers):
+        for shard in {tensor_shard[i] for i in group.tensors}:
+            counts[shard] += 1
+    return counts

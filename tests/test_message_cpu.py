@@ -1,0 +1,93 @@
+"""A parameter server's messages cost CPU on both ends (sgdscale.message_cpu): measured per message
+by netbench, charged to a worker's forward and backward and to the shard's updates."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgdscale.cluster import Cluster
+from sgdscale.comm.cost import CommModel
+from sgdscale.comm.network import AlphaBeta, CpuCost, Network
+from sgdscale.message_cpu import messages_per_shard, with_message_cpu
+from sgdscale.predict import predict
+from sgdscale.profile import load_profile
+from sgdscale.runtime.netbench import message_cpu_from_results
+from sgdscale.strategy import Strategy
+
+
+def network(message_s: float | None, cores: float | None) -> Network:
+    cpu = CpuCost(message_s=message_s, cores=cores) if message_s else None
+    return Network(p2p=AlphaBeta(alpha_s=1e-4, beta_s_per_byte=8e-10), allreduce={}, points=[], cpu=cpu)
+
+
+def test_per_message_cost_is_the_measured_cpu_over_the_cores():
+    comm = CommModel.from_network(network(28e-6, 0.28))
+    assert comm.server_cpu_s_per_message == pytest.approx(1e-4)
+    assert comm.worker_cpu_s_per_message == pytest.approx(1e-4)
+    unshaped = CommModel.from_network(network(28e-6, None))  # no budget measured: nothing to charge against
+    assert unshaped.server_cpu_s_per_message == 0.0 and unshaped.worker_cpu_s_per_message == 0.0
+
+
+def test_netbench_takes_the_median_of_both_ranks_and_directions():
+    results = [{"rank": 0, "message_cpu_s": {"send": [1e-5, 3e-5], "receive": [2e-5, 9e-5]}},
+               {"rank": 1, "message_cpu_s": {"send": [4e-5], "receive": [5e-5]}}, {"rank": 2}]
+    assert message_cpu_from_results(results) == pytest.approx(3.5e-5)
+    assert message_cpu_from_results([{"rank": 0}, {"rank": 1}]) is None
+
+
+def test_worker_charge_adds_one_message_per_tensor_to_forward_and_backward():
+    profile = load_profile("mobilenet_v2")
+    charged = with_message_cpu(profile, 1e-4)
+    tensors = len(profile.tensors)
+    assert sum(layer.forward_s for layer in charged.layers) == pytest.approx(
+        sum(layer.forward_s for layer in profile.layers) + tensors * 1e-4)
+    assert sum(layer.backward_s for layer in charged.layers) == pytest.approx(
+        sum(layer.backward_s for layer in profile.layers) + tensors * 1e-4)
+    # the k-th gradient to become ready waits for k pushes' calls before it goes out
+    before = sorted(t.grad_ready_s for t in profile.tensors)
+    after = sorted(t.grad_ready_s for t in charged.tensors)
+    assert [b - a for a, b in zip(before, after)] == pytest.approx([1e-4 * (k + 1) for k in range(tensors)])
+    assert with_message_cpu(profile, 0.0) is profile
+    assert with_message_cpu(profile, 1e-4) is charged  # cached for sweeps
+
+
+def test_messages_per_shard_split_groups_by_shard():
+    profile = load_profile("mobilenet_v2")
+    comm = CommModel.from_network(network(None, None))
+    one = messages_per_shard(profile, Strategy(kind="ps-sync"), comm, 1, 2)
+    two = messages_per_shard(profile, Strategy(kind="ps-sync"), comm, 2, 2)
+    assert one.tolist() == [158.0] and two.sum() == 158.0 and min(two) > 0
+
+
+def _throughput(profile, kind: str, comm: CommModel, method: str, workers: int) -> float:
+    cluster = Cluster(workers, bandwidth_bps=100e9, latency_s=1e-5)
+    result = predict(profile, cluster, Strategy(kind=kind), comm, [workers], methods=(method,), iterations=40,
+                     warmup=5, variability=False)
+    return result.results[0].throughput
+
+
+@pytest.mark.parametrize("method", ["fine", "coarse"])
+def test_async_shard_bound_by_its_messages(method):
+    """densenet121 (364 tensors) with 16 async workers on a 100 Gbit/s network: a shard that spends
+    2 ms per message in or out serves 1 / (2 * 364 * 2 ms) worker steps a second, whatever the bytes."""
+    profile = load_profile("densenet121")
+    per_message = 2e-3
+    busy = CommModel.from_network(network(per_message * 0.5, 0.5))
+    bound = profile.batch_size / (2 * len(profile.tensors) * per_message)
+    with_cpu = _throughput(profile, "ps-async", busy, method, 16)
+    assert bound * 0.9 <= with_cpu <= bound * 1.001
+    assert _throughput(profile, "ps-async", CommModel.from_network(network(None, None)), method, 16) > 2 * with_cpu
+
+
+@pytest.mark.parametrize("method", ["fine", "coarse"])
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_one_worker_steps_longer_by_its_own_messages(method, kind):
+    """One worker, a fast network, a cheap shard: its step grows by its pushes and pulls (2 per tensor)
+    at the worker's per-message cost, within what the shard's own share adds."""
+    profile = load_profile("mobilenet_v2")
+    free = CommModel.from_network(network(None, None))
+    charged = CommModel.from_network(network(20e-6, 0.5))  # 40 us of a node per message
+    step_free = profile.batch_size / _throughput(profile, kind, free, method, 1)
+    step_charged = profile.batch_size / _throughput(profile, kind, charged, method, 1)
+    worker_s = 2 * len(profile.tensors) * 40e-6
+    assert worker_s * 0.95 <= step_charged - step_free <= 2 * worker_s
