@@ -91,3 +91,14 @@ def test_one_worker_steps_longer_by_its_own_messages(method, kind):
     step_charged = profile.batch_size / _throughput(profile, kind, charged, method, 1)
     worker_s = 2 * len(profile.tensors) * 40e-6
     assert worker_s * 0.95 <= step_charged - step_free <= 2 * worker_s
+
+
+def test_a_cpu_budget_given_to_predict_rescales_the_per_message_cost_and_says_so():
+    from sgdscale.comm.interference import node_model
+
+    measured = network(28e-6, 0.28)
+    comm, notes = node_model(CommModel.from_network(measured), network=measured, link_bps=1e9, cpu_cores=0.56)
+    assert comm.worker_cpu_s_per_message == pytest.approx(5e-5) and comm.server_cpu_s_per_message == pytest.approx(5e-5)
+    assert any("28 us of CPU each" in note and "50 us of a node at 0.56 cores" in note for note in notes)
+    comm, notes = node_model(CommModel.from_network(measured), network=measured, link_bps=1e9)
+    assert comm.worker_cpu_s_per_message == pytest.approx(1e-4)

@@ -9,9 +9,9 @@ takes message_s / c of the node's wall time (`CommModel.worker_cpu_s_per_message
 `server_cpu_s_per_message`).
 
 Why it matters: a many-tensor model's PS workers spend more CPU per step than their profile
-(mobilenet_v2, 158 tensors, 0.34 cores: 51-56 ms against 37-41 ms; `benchmarks/cpu_per_step.py`),
-and 316 messages per step at 28 us are 8.8 ms of it; per byte, the same model's 14 MB cost about
-1 ms.
+(mobilenet_v2, 158 tensors, 0.34 cores: 49-57 ms against 38-41 ms; `benchmarks/cpu_per_step.py`),
+and 316 messages per step at 28 us are 8.8 ms of it, about as much as its 14 MB cost a worker per
+byte pushed and pulled (0.29 ns per byte: 8.1 ms).
 
 Where it goes:
 - a worker: each tensor's push runs on backward's thread right after the tensor is ready (the

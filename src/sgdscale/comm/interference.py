@@ -278,6 +278,13 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
         else:
             notes.append(f"CPU budget {cores:g} cores per node allows {bound_bps / 1e6:.0f} Mbit/s "
                          f"({per_byte * 1e9:.3g} ns of CPU per byte): the link, not the CPU, limits")
+    message_s = cpu.message_s if cpu is not None else None
+    if message_s and cores:
+        wall_s = message_s / cores
+        comm = dataclasses.replace(comm, server_cpu_s_per_message=wall_s, worker_cpu_s_per_message=wall_s)
+        notes.append(f"parameter-server messages (measured): {message_s * 1e6:.0f} us of CPU each apart from their "
+                     f"bytes, {wall_s * 1e6:.0f} us of a node at {cores:g} cores, paid by the worker per tensor pushed "
+                     "and pulled and by the shard per copy in and reply out")
     model = Interference.from_network(network) if network is not None and interference else None
     comm = with_interference(comm, model)
     if model is not None:
