@@ -102,3 +102,10 @@ def test_a_cpu_budget_given_to_predict_rescales_the_per_message_cost_and_says_so
     assert any("28 us of CPU each" in note and "50 us of a node at 0.56 cores" in note for note in notes)
     comm, notes = node_model(CommModel.from_network(measured), network=measured, link_bps=1e9)
     assert comm.worker_cpu_s_per_message == pytest.approx(1e-4)
+
+
+def test_a_worker_computing_on_an_accelerator_pays_nothing_on_its_compute():
+    profile = load_profile("mobilenet_v2")
+    on_gpu = profile.model_copy(update={"device": "cuda: NVIDIA H200"})
+    assert with_message_cpu(on_gpu, 1e-4) is on_gpu
+    assert with_message_cpu(profile, 1e-4) is not profile  # 'cpu: ...'

@@ -17,8 +17,9 @@ Where it goes:
 - a worker: each tensor's push runs on backward's thread right after the tensor is ready (the
   gradient hook calls isend), so its layer's backward grows by one message and every later tensor
   becomes ready that much later; each tensor's pull is received while forward runs, so its layer's
-  forward grows by one message (`with_message_cpu`). Where a worker's compute takes no CPU (a replay
-  that sleeps) the caller leaves this out (a zero `worker_cpu_s_per_message`).
+  forward grows by one message (`with_message_cpu`). Where a worker's compute takes no CPU it is left
+  out: a profile measured on an accelerator (its `device` not a CPU; the host's CPU sends while the
+  device computes), and a replay that sleeps (validation passes a zero `worker_cpu_s_per_message`).
 - a shard: each message it receives or sends, N copies in and N replies out per message in sync PS,
   one each way in async PS, adds to its update of that message (`fine.dag.ps_plan`, the coarse
   server station).
@@ -37,13 +38,18 @@ from sgdscale.strategy import Strategy
 def with_message_cpu(profile: Profile, s_per_message: float) -> Profile:
     """The profile with one message's CPU added per tensor to its layer's backward (the push, which
     also makes every later tensor ready later) and forward (the pull); unchanged for 0."""
-    if s_per_message <= 0:
+    if s_per_message <= 0 or not computes_on_cpu(profile):
         return profile
     # Cached on the (immutable) profile like bucket_copies.with_copy_in: sweeps predict it thousands of times.
     cache = profile.__dict__.setdefault("_with_message_cpu", {})
     if s_per_message not in cache:
         cache[s_per_message] = _with_message_cpu(profile, s_per_message)
     return cache[s_per_message]
+
+
+def computes_on_cpu(profile: Profile) -> bool:
+    """Whether the profile's compute ran on the CPU (its device says so, or says nothing)."""
+    return not profile.device or profile.device.lower().startswith("cpu")
 
 
 def _with_message_cpu(profile: Profile, s_per_message: float) -> Profile:
