@@ -204,43 +204,40 @@ def bench_rank(ctx) -> dict[str, Any]:
     cpu: dict[str, dict[str, list[float]]] = {}
     completions: dict[str, list[list[float]]] = {}  # incast on rank 0: per size, per repeat, per sender
     copies: dict[str, list[float]] = {}  # all-reduce: per size, a copy of the reduced tensor right after it
-    overlap: dict[str, list[float]] = {}
     done = 0
+
+    def repeated(one_repeat: Callable[[], dict[str, float] | None]) -> dict[str, list[float]]:
+        """Run `warmup` discarded and `repeats` kept repeats, each one progress step; per key, the kept
+        samples (a repeat that measured nothing on this rank gives None)."""
+        nonlocal done
+        kept: dict[str, list[float]] = {}
+        for repeat in range(warmup + repeats):
+            sample = one_repeat()
+            if repeat >= warmup and sample is not None:
+                for key, value in sample.items():
+                    kept.setdefault(key, []).append(value)
+            done += 1
+            ctx.report_progress(done)
+        return kept
+
+    overlap: dict[str, list[float]] = {}
     if "overlap" in config["ops"]:
         overlap_bytes = int(config.get("overlap_bytes") or max(config["sizes"]))
         tensor = torch.zeros(overlap_bytes // ELEMENT_BYTES, dtype=torch.float32)
         unit = _compute_unit()
-        for repeat in range(warmup + repeats):
-            sample = _overlap_repeat(dist, tensor, unit)
-            if repeat >= warmup:
-                for key, value in sample.items():
-                    overlap.setdefault(key, []).append(value)
-            done += 1
-            ctx.report_progress(done)
+        overlap = repeated(lambda: _overlap_repeat(dist, tensor, unit))
         overlap["bytes"] = [overlap_bytes]
     outcast: dict[str, list[float]] = {}
     if "outcast" in config["ops"] and world >= 3:
         outcast_bytes = int(config.get("outcast_bytes") or max(config["sizes"]))
-        tensor = torch.zeros(outcast_bytes // ELEMENT_BYTES, dtype=torch.float32)
-        for repeat in range(warmup + repeats):
-            sample = _outcast_repeat(dist, rank, tensor)
-            if repeat >= warmup and sample is not None:
-                for key, value in sample.items():
-                    outcast.setdefault(key, []).append(value)
-            done += 1
-            ctx.report_progress(done)
+        outcast_tensor = torch.zeros(outcast_bytes // ELEMENT_BYTES, dtype=torch.float32)
+        outcast = repeated(lambda: _outcast_repeat(dist, rank, outcast_tensor))
         if outcast:
             outcast["bytes"] = [outcast_bytes]
     message_cpu: dict[str, list[float]] = {}
     if "p2p" in config["ops"] and world >= 2:
         tensors = [torch.zeros(MESSAGE_BYTES // ELEMENT_BYTES, dtype=torch.float32) for _ in range(MESSAGE_BURST)]
-        for repeat in range(warmup + repeats):
-            sample = _message_burst_cpu(dist, rank, tensors)
-            if repeat >= warmup:
-                for key, value in sample.items():
-                    message_cpu.setdefault(key, []).append(value)
-            done += 1
-            ctx.report_progress(done)
+        message_cpu = repeated(lambda: _message_burst_cpu(dist, rank, tensors))
     for op in config["ops"]:
         if op not in POINT_OPS or (op != "allreduce" and world < 2):
             continue
