@@ -23,13 +23,13 @@ What is measured (gloo, CPU tensors, float32 payloads):
   flight; and the all-reduce alone, then while the compute loop runs in a second thread. One
   sample each per repeat; `InterferenceFit` keeps the ratios of the medians
   (docs/interference.md).
-Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
-gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
 - messages (with p2p, ranks 0 and 1): the CPU a message costs apart from its bytes, as a parameter
   server's pushes and pulls come (one isend or irecv per tensor): rank 0 posts MESSAGE_BURST isends
   of MESSAGE_BYTES each to rank 1, which posts as many irecvs, both wait for all; then the other
   way. Each rank's CPU time over the burst / MESSAGE_BURST is one sample per direction
   (`CpuCost.message_s`: the median over both ranks and directions).
+Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
+gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
 `sgdscale.comm.network.fit_alpha_beta`) uses the median per size. The result is a
 `sgdscale.network/1` file (`sgdscale.comm.network.Network`).
