@@ -109,3 +109,14 @@ def test_a_worker_computing_on_an_accelerator_pays_nothing_on_its_compute():
     on_gpu = profile.model_copy(update={"device": "cuda: NVIDIA H200"})
     assert with_message_cpu(on_gpu, 1e-4) is on_gpu
     assert with_message_cpu(profile, 1e-4) is not profile  # 'cpu: ...'
+
+
+def test_a_cpu_budget_without_a_measured_message_cost_takes_the_typical_one_and_says_so():
+    from sgdscale.comm.interference import TYPICAL_CPU_S_PER_MESSAGE, node_model
+
+    nominal = CommModel.from_link(1e9, 1e-4)
+    comm, notes = node_model(nominal, link_bps=1e9, cpu_cores=0.5)
+    assert comm.server_cpu_s_per_message == pytest.approx(TYPICAL_CPU_S_PER_MESSAGE / 0.5)
+    assert any("typical figure" in note and "parameter-server messages" in note for note in notes)
+    comm, notes = node_model(nominal, link_bps=1e9)  # no budget: nothing to charge against
+    assert comm.server_cpu_s_per_message == 0.0 and comm.worker_cpu_s_per_message == 0.0

@@ -240,6 +240,9 @@ def with_interference(comm, interference: Interference | None):
 # CPU seconds per byte a node sends in a gloo all-reduce (receive and reduce included), measured on the
 # emulated testbed (benchmarks/results/interference/); used for --cpu-per-node without a network file.
 TYPICAL_CPU_S_PER_BYTE = 1.0e-9  # median of 8 runs, range 0.53-1.20 ns/B
+# CPU of one point-to-point message apart from its bytes (sgdscale.message_cpu): the median of netbench's
+# four measurements on this testbed, 28 us alone and at 0.28 cores, 38.7 us at 0.24 (set 31), 48.9 us at 0.49 (set 32).
+TYPICAL_CPU_S_PER_MESSAGE = 3.3e-5
 
 
 def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
@@ -248,7 +251,8 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
 
     - CPU budget: `cpu_cores` (e.g. --cpu-per-node), else the quota the network file was measured at.
       With a CPU cost per byte (from the file, else `TYPICAL_CPU_S_PER_BYTE`) the link runs at most at
-      cores / cpu_s_per_byte (`cpu_bounded_comm`).
+      cores / cpu_s_per_byte (`cpu_bounded_comm`); parameter-server messages cost message_s / cores
+      each (from the file, else `TYPICAL_CPU_S_PER_MESSAGE`; `sgdscale.message_cpu`).
     - Interference: the file's model, unless `interference` is False.
     - Without a network file, a note says how far measured networks moved predictions from nominal figures.
     """
@@ -279,10 +283,14 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
             notes.append(f"CPU budget {cores:g} cores per node allows {bound_bps / 1e6:.0f} Mbit/s "
                          f"({per_byte * 1e9:.3g} ns of CPU per byte): the link, not the CPU, limits")
     message_s = cpu.message_s if cpu is not None else None
+    measured_message = bool(message_s)
+    if not message_s and cpu_cores is not None:
+        message_s = TYPICAL_CPU_S_PER_MESSAGE
     if message_s and cores:
         wall_s = message_s / cores
         comm = dataclasses.replace(comm, server_cpu_s_per_message=wall_s, worker_cpu_s_per_message=wall_s)
-        notes.append(f"parameter-server messages (measured): {message_s * 1e6:.0f} us of CPU each apart from their "
+        source = "measured" if measured_message else "the testbed's typical figure, none measured"
+        notes.append(f"parameter-server messages ({source}): {message_s * 1e6:.0f} us of CPU each apart from their "
                      f"bytes, {wall_s * 1e6:.0f} us of a node at {cores:g} cores, paid by the worker per tensor pushed "
                      "and pulled and by the shard per copy in and reply out")
     model = Interference.from_network(network) if network is not None and interference else None
