@@ -391,3 +391,44 @@ def test_nominal_figures_with_deterministic_compute_do_not_hinge_on_event_order(
         assert (type(sim.push_net) is StarNetwork) == star
         ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)
+
+
+def _classifier_profile(optimizer_s: float) -> Profile:
+    """Forward 0.2 s; backward: the 1 MB classifier (ready 0.2 s in), then 0.4 s of a 100 kB body."""
+    return Profile(model="two", batch_size=10, step=StepTimes(data_s=0.0, h2d_s=0.0, optimizer_s=optimizer_s), layers=[
+        Layer(name="body", forward_s=0.1, backward_s=0.4, params=[ParamTensor(name="w0", numel=25_000, bytes=100_000)]),
+        Layer(name="fc", forward_s=0.1, backward_s=0.2, params=[ParamTensor(name="w1", numel=250_000, bytes=1_000_000)]),
+    ])
+
+
+def _steps(profile: Profile, kind: str, posted: bool) -> list[float]:
+    cluster = Cluster(1, 8 / 3e-7, ps_count=1, latency_s=0.0)  # 0.3 s per MB
+    strategy = Strategy(kind=kind, grouping="per-layer")
+    comm = CommModel.from_link(8 / 3e-7, 0.0)
+    plan = ps_plan(profile, cluster, strategy, comm)
+    sampler = ComputeSampler(profile, cluster, seed=0, variability=False)
+    rows = np.array([sampler.draw_rows() for _ in range(8)]).reshape(8, 1)
+    run = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, posted_order=posted)
+    return list(np.diff(run.ends[0][2:]))
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_posted_order_sends_the_replies_in_hand_in_forward_order(kind):
+    """The classifier's push leaves at 0.4 (0.3 s), the body's at 0.8 (0.03 s); the notice follows it
+    at 0.83, with both updates done. In update order the classifier's reply goes first (0.83-1.13),
+    the body's after (to 1.16), and forward starts at 1.16: a 1.16 s step. In posted order
+    (`fine.ps.in_notice_order`) the body's goes first (0.83-0.86), its forward runs 0.86-0.96 while
+    the classifier's arrives (1.16), whose forward ends at 1.26: backward ends 0.6 s later, a 1.06 s step."""
+    profile = _classifier_profile(0.0)
+    assert _steps(profile, kind, posted=False) == pytest.approx([1.16] * 5)
+    assert _steps(profile, kind, posted=True) == pytest.approx([1.06] * 5)
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_posted_order_leaves_a_reply_the_shard_had_not_begun_behind(kind):
+    """With 1.1 s of optimizer (1 s for the classifier's update, 0.1 s for the body's), the shard is
+    still on the classifier when the notice comes: the body's update has not begun, so its reply
+    follows the classifier's in both orders, and forward waits for both alike."""
+    profile = _classifier_profile(1.1)
+    assert _steps(profile, kind, posted=True) == pytest.approx(_steps(profile, kind, posted=False))
+    assert _steps(profile, kind, posted=False)[0] > 1.5  # the slow shard binds

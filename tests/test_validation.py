@@ -101,7 +101,11 @@ def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
             assert abs(error) <= BOUND, f"{row['key']} {method}: predicted {error:+.0%} off"
     # a real case's runs time their own compute: it is also predicted at that speed (a diagnostic)
     assert {item["method"] for item in summarize(rows)} == {"fine", "coarse", "fine-nominal", "coarse-nominal",
+                                                            "fine-budget", "coarse-budget",
                                                             "fine-run-speed", "coarse-run-speed"}
+    # nominal figures with the grid's 0.3 cores (predict --cpu-per-node): the CPU only costs time
+    for row in rows:
+        assert row["predicted_throughput"]["coarse-budget"] <= row["predicted_throughput"]["coarse-nominal"] * (1 + 1e-9)
     assert all(run["reference_step_s"] > 0 for row in rows for run in row["runs"])
 
 

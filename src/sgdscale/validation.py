@@ -162,6 +162,9 @@ def case_kind(row: dict[str, Any]) -> str:
 
 REFERENCE_STEPS = 6  # a real run's own compute reference: 3 plain steps before its window, 3 after
 RUN_SPEED_METHODS = ("fine-run-speed", "coarse-run-speed")
+# Since set 33: nominal figures plus the grid's CPU budget, as `sgdscale predict --cpu-per-node` makes
+# them without a network file (the testbed's typical CPU costs, `comm.interference.node_model`).
+BUDGET_METHODS = ("fine-budget", "coarse-budget")
 
 
 def reference_step_s(measurement: Any) -> float | None:
@@ -189,7 +192,7 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     summary = []
     for kind in sorted({case_kind(r) for r in rows}):
         of_kind = [r for r in rows if case_kind(r) == kind]
-        for method in ("fine", "coarse", "fine-nominal", "coarse-nominal", *RUN_SPEED_METHODS):
+        for method in ("fine", "coarse", "fine-nominal", "coarse-nominal", *BUDGET_METHODS, *RUN_SPEED_METHODS):
             for strategy in sorted({r["strategy"] for r in of_kind}) + ["all"]:
                 errors = [abs(r["error"][method]) for r in of_kind
                           if method in r["error"] and (strategy == "all" or r["strategy"] == strategy)]
@@ -322,7 +325,8 @@ class Validator:
                      ) -> dict[str, Any]:
         """Both methods' results given the measured network file ("fine", "coarse") and given only
         the nominal bandwidth and default latency ("fine-nominal", "coarse-nominal"), as a user
-        without a network benchmark would predict. Given the run's own compute reference (a real
+        without a network benchmark would predict, and with the grid's CPU budget added to those
+        ("fine-budget", "coarse-budget"), as `sgdscale predict --cpu-per-node` would. Given the run's own compute reference (a real
         case's `reference_step_s`), also from the measured network with the profile scaled to the
         run's compute speed ("fine-run-speed", "coarse-run-speed"): a diagnostic, not a prediction
         anyone could make beforehand, that tells the model's error from the machine's drift."""
@@ -344,6 +348,16 @@ class Validator:
                           CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), [case.workers],
                           methods=("fine", "coarse"), iterations=self.predict_iterations, variability=variability)
         results.update({f"{r.method}-nominal": r for r in nominal.results if r.workers == case.workers})
+        if self.grid.cpu_per_node_cores:
+            from sgdscale.comm.interference import node_model
+
+            budget, _ = node_model(CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), network=None,
+                                   link_bps=case.bandwidth_bps, cpu_cores=self.grid.cpu_per_node_cores)
+            if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
+                budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0)  # as in case_inputs
+            with_budget = predict(profile, nominal_cluster, strategy, budget, [case.workers], methods=("fine", "coarse"),
+                                  iterations=self.predict_iterations, variability=variability)
+            results.update({f"{r.method}-budget": r for r in with_budget.results if r.workers == case.workers})
         return results
 
     def case_inputs(self, case: Case, round_index: int = 0) -> tuple[Any, Any, Any, Any, bool]:

@@ -44,6 +44,7 @@ class PsPlan:
     update_s: list[float]
     need: list[list[int]]  # per layer: messages its forward waits for
     shards: int
+    post_rank: list[int]  # per message: its first tensor's index, the order a worker posts its pull receives
 
     @property
     def messages(self) -> int:
@@ -59,7 +60,7 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     total_bytes = profile.gradient_bytes
     optimizer_s = profile.step.optimizer_s
     sizes = [t.bytes for t in profile.tensors]
-    out_bytes, out_shard, out_layer, out_fraction, out_update = [], [], [], [], []
+    out_bytes, out_shard, out_layer, out_fraction, out_update, out_post = [], [], [], [], [], []
     need: list[list[int]] = [[] for _ in profile.layers]
     # The shard's CPU also moves every byte of an update's messages: in and out once per worker in
     # sync PS (N copies summed, N replies), once each way in async PS.
@@ -77,11 +78,12 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
             out_shard.append(s)
             out_layer.append(group.ready_layer)
             out_fraction.append(group.ready_fraction)
+            out_post.append(min(by_shard[s]))
             out_update.append((optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0)
                               + server_cpu_s * nbytes + server_message_s)
             for layer in sorted({layer_of[i] for i in by_shard[s]}):
                 need[layer].append(m)
-    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards)
+    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, out_post)
 
 
 def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[list[float], float]:
