@@ -226,6 +226,8 @@ def test_node_model_notes():
     nominal = CommModel.from_link(1e9, 20e-6)
     comm, notes = node_model(nominal, link_bps=1e9)
     assert comm.interference is None and any("nominal network figures" in n for n in notes)
+    assert "--cpu-per-node CORES" in " ".join(notes)  # the hint, until a budget is given
+    assert "--cpu-per-node CORES" not in " ".join(node_model(nominal, link_bps=1e9, cpu_cores=0.3)[1])
     network = Network(source="t", p2p=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8 / 0.7e9),
                       allreduce={"4": AlphaBeta(alpha_s=0.0, beta_s_per_byte=4e-8)},
                       environment={"bandwidth_bps": 1e9},
