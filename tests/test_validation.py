@@ -173,3 +173,14 @@ def test_at_run_speed_scales_the_plain_step_to_the_runs_reference():
     scaled = at_run_speed(profile, 1.5 * plain)
     assert scaled.compute_s == pytest.approx(1.5 * profile.compute_s)
     assert scaled.layers[0].forward_s == pytest.approx(1.5 * profile.layers[0].forward_s)
+
+
+def test_validate_has_real_settings_for_every_model_it_names():
+    """Held-out set 33 first named real densenet121, which validate then refused at its start."""
+    from sgdscale.commands.validate import model_spec
+    from sgdscale.errors import UserError
+
+    spec = model_spec("densenet121", None)
+    assert (spec.model, spec.batch_size, spec.image_size) == ("densenet121", 4, 32)
+    with pytest.raises(UserError, match="densenet121"):  # the message lists it among the known ones
+        model_spec("vgg11", None)

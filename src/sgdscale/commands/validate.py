@@ -21,6 +21,7 @@ DEFAULT_SPECS = {
     "bert": dict(batch_size=4, seq_len=64, options=(("layers", 2), ("hidden", 128), ("vocab", 2048))),
     "resnet18": dict(batch_size=4, image_size=32),
     "mobilenet_v2": dict(batch_size=4, image_size=32),
+    "densenet121": dict(batch_size=4, image_size=32),  # 364 tensors: the most messages per PS step
 }
 
 
