@@ -30,40 +30,13 @@ RATE_BPS, RECEIVER_CORES, NBYTES = 3e9, 0.49, 102_200_000
 SENDER_CORES = (0.49, 0.98)
 
 
-# A sender that connects, waits for an agreed wall-clock instant, sends, and reports when its last
-# byte was acknowledged: flows started together, process start-up outside the window.
-SENDER_AT = r"""
-import json, socket, sys, time
-host, port, nbytes, start_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-deadline = time.time() + 10
-while True:
-    try:
-        sock = socket.create_connection((host, port), timeout=30); break
-    except OSError:
-        if time.time() > deadline: raise
-        time.sleep(0.02)
-chunk = b"\0" * (1 << 20); left = nbytes
-while time.time() < start_at:
-    time.sleep(0.001)
-while left > 0:
-    n = min(left, len(chunk)); sock.sendall(chunk[:n] if n < len(chunk) else chunk); left -= n
-sock.shutdown(socket.SHUT_WR)
-ack = b""
-while len(ack) < 8:
-    part = sock.recv(8 - len(ack))
-    if not part: break
-    ack += part
-print(json.dumps({"bytes": int.from_bytes(ack, "big"), "end": time.time()}))
-"""
-
-
 def transfers(bed: Testbed, receivers: list[int]) -> float:
     """Aggregate Mbit/s of node 0 sending NBYTES to each receiver, all starting at one instant."""
     listening = [bed.popen(r, [sys.executable, "-c", tb._RECEIVER, str(5400 + r)], stdout=subprocess.PIPE, text=True)
                  for r in receivers]
     time.sleep(0.3)  # the receivers listen
     start_at = time.time() + 1.5  # the senders start up and connect before it
-    senders = [bed.popen(0, [sys.executable, "-c", SENDER_AT, bed.address(r), str(5400 + r), str(NBYTES), str(start_at)],
+    senders = [bed.popen(0, [sys.executable, "-c", tb._SENDER, bed.address(r), str(5400 + r), str(NBYTES), str(start_at)],
                          stdout=subprocess.PIPE, text=True) for r in receivers]
     outs = [json.loads(s.communicate(timeout=60)[0].strip().splitlines()[-1]) for s in senders]
     for r in listening:

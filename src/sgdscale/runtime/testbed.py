@@ -663,6 +663,7 @@ conn.sendall(total.to_bytes(8, "big")); conn.close()
 _SENDER = r"""
 import json, socket, sys, time
 host, port, nbytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+start_at = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0  # a wall-clock instant to start sending at
 deadline = time.monotonic() + 10
 while True:
     try:
@@ -671,6 +672,8 @@ while True:
         if time.monotonic() > deadline: raise
         time.sleep(0.02)
 chunk = b"\0" * (1 << 20); left = nbytes
+while time.time() < start_at:
+    time.sleep(0.001)
 start = time.perf_counter()
 while left > 0:
     n = min(left, len(chunk)); sock.sendall(chunk[:n] if n < len(chunk) else chunk); left -= n
@@ -681,5 +684,5 @@ while len(ack) < 8:
     if not part: break
     ack += part
 seconds = time.perf_counter() - start
-print(json.dumps({"bytes": int.from_bytes(ack, "big"), "seconds": seconds}))
+print(json.dumps({"bytes": int.from_bytes(ack, "big"), "seconds": seconds, "end": time.time()}))
 """
