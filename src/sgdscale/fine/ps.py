@@ -129,9 +129,10 @@ def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan:
 # order (`in_notice_order`) is measured and modelled, but not used: on the kept PS runs of sets
 # 10-32 it made the fine method's async predictions faster where they were already too fast
 # (median error 9.2% -> 11.1%, mean +11.1% -> +13.0%; sync 5.0% -> 4.7%;
-# `benchmarks/reply_order_tuning.py`). What also slows real async runs when the workers' pushes
-# meet (their shard's updates then fell 90-119 ms behind, `benchmarks/async_pull_overlap.py`) is
-# not modelled yet; the update order stands in until it is.
+# `benchmarks/reply_order_tuning.py`). What it leaves out is how often real async workers run
+# close together, their pulls sharing the shard's uplink behind their pushes' backlog (31 of 38
+# forwards in `benchmarks/shard_cpu_phase.py`), where the simulated ones drift apart and stay
+# there; the update order stands in until that is modelled.
 POSTED_ORDER = False
 
 
@@ -152,10 +153,10 @@ def in_notice_order(replies: list[tuple], notice_s: float, post_rank: list[int],
     hand when the notices came go out in that order (forward's), later ones as the shard finishes
     them (in the order gradients arrived: forward's first layer last). "In hand": the shard had
     begun the update (it ends within the notices' handling, which runs beside it). Measured on set
-    32's resnet50 replay (async, `benchmarks/async_pull_overlap.py`): where the shard kept up (the
-    first layer's update began as its push arrived, just ahead of the notices) forward waited only
-    for its last layers; where the shard began updates up to 119 ms after the notices came, forward
-    waited for the first layer behind the whole pull.
+    32's resnet50 replay (async, `benchmarks/async_pull_overlap.py`): where the shard kept up (its
+    updates of the step ended within 10 ms of the worker posting its receives) forward waited only
+    for its last layers; where they ended 88-119 ms after, forward waited for the first layer
+    behind the whole pull.
     """
     def begun(reply: tuple) -> bool:
         return reply[1] - update_s[reply[2] % messages] <= notice_s
