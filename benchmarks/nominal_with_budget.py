@@ -18,15 +18,11 @@ Raw output: benchmarks/results/nominal_with_budget.md (or --output NAME).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 
 from repredict_sets import HERE, error_summary, kept_cases
 
-from sgdscale.cluster import Cluster
-from sgdscale.comm import CommModel
-from sgdscale.comm.interference import node_model
 from sgdscale.predict import predict
 
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(18, 33))  # the testbed's loss-based TCP since set 18
@@ -34,16 +30,12 @@ STRATEGIES = {"allreduce", "ps-sync", "ps-async"}
 
 
 def nominal_predictions(validator, case, round_index: int, methods: tuple[str, ...]) -> dict[str, float]:
-    """{method: throughput} from nominal figures alone and with the grid's CPU budget added."""
+    """{method: throughput} from nominal figures alone and with the grid's CPU budget added, as
+    `sgdscale validate` makes them (`Validator.nominal_models`)."""
     profile, _, strategy, _, variability = validator.case_inputs(case, round_index)
-    cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
-    plain = CommModel.from_link(case.bandwidth_bps, cluster.latency_s)
-    budget, _ = node_model(plain, network=None, link_bps=case.bandwidth_bps,
-                           cpu_cores=validator.grid.cpu_per_node_cores)
-    if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
-        budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0)  # a sleep takes no CPU from gloo
+    cluster, models = validator.nominal_models(case)
     out = {}
-    for label, comm in (("nominal", plain), ("budget", budget)):
+    for label, comm in models.items():
         result = predict(profile, cluster, strategy, comm, [case.workers], methods=methods,
                          iterations=validator.predict_iterations, variability=variability)
         out.update({f"{r.method} {label}": r.throughput for r in result.results if r.workers == case.workers})

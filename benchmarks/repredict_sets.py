@@ -25,8 +25,6 @@ from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 from unittest import mock
 
-from sgdscale.cluster import Cluster
-from sgdscale.comm import CommModel
 from sgdscale.commands.validate import model_spec, replay_spec
 from sgdscale.predict import predict
 from sgdscale.units import parse_bandwidth_bps
@@ -123,10 +121,9 @@ def current(validator: Validator, case, round_index: int, methods: list[str]) ->
                          iterations=validator.predict_iterations, variability=variability)
         out.update({r.method: r.throughput for r in result.results})
     if any(m.endswith("-nominal") for m in methods):
-        nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
-        result = predict(profile, nominal_cluster, strategy, CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s),
-                         [case.workers], methods=tuple(base), iterations=validator.predict_iterations,
-                         variability=variability)
+        nominal_cluster, models = validator.nominal_models(case)
+        result = predict(profile, nominal_cluster, strategy, models["nominal"], [case.workers], methods=tuple(base),
+                         iterations=validator.predict_iterations, variability=variability)
         out.update({f"{r.method}-nominal": r.throughput for r in result.results})
     return {m: out[m] for m in methods}
 

@@ -150,6 +150,12 @@ class Grid:
         return cases
 
 
+def sleeps(case: Case) -> bool:
+    """A replay whose layers sleep: they take no CPU from gloo, nor gloo from them, so its workers
+    pay no interference and no per-message CPU (the shard still does)."""
+    return case.spec.kind == "replay" and case.spec.replay_compute == "sleep"
+
+
 def relative_error(predicted: float, measured: float) -> float:
     """Signed (predicted - measured) / measured; positive means the prediction is too optimistic."""
     return (predicted - measured) / measured
@@ -330,8 +336,6 @@ class Validator:
         case's `reference_step_s`), also from the measured network with the profile scaled to the
         run's compute speed ("fine-run-speed", "coarse-run-speed"): a diagnostic, not a prediction
         anyone could make beforehand, that tells the model's error from the machine's drift."""
-        from sgdscale.cluster import Cluster
-        from sgdscale.comm import CommModel
         from sgdscale.predict import predict
 
         profile, cluster, strategy, comm, variability = self.case_inputs(case, round_index)
@@ -343,22 +347,31 @@ class Validator:
                                methods=("fine", "coarse"), iterations=self.predict_iterations,
                                variability=variability)
             results.update({f"{r.method}-run-speed": r for r in at_speed.results if r.workers == case.workers})
-        nominal_cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
-        nominal = predict(profile, nominal_cluster, strategy,
-                          CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), [case.workers],
-                          methods=("fine", "coarse"), iterations=self.predict_iterations, variability=variability)
-        results.update({f"{r.method}-nominal": r for r in nominal.results if r.workers == case.workers})
-        if self.grid.cpu_per_node_cores:
-            from sgdscale.comm.interference import node_model
-
-            budget, _ = node_model(CommModel.from_link(case.bandwidth_bps, nominal_cluster.latency_s), network=None,
-                                   link_bps=case.bandwidth_bps, cpu_cores=self.grid.cpu_per_node_cores)
-            if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
-                budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0)  # as in case_inputs
-            with_budget = predict(profile, nominal_cluster, strategy, budget, [case.workers], methods=("fine", "coarse"),
-                                  iterations=self.predict_iterations, variability=variability)
-            results.update({f"{r.method}-budget": r for r in with_budget.results if r.workers == case.workers})
+        nominal_cluster, models = self.nominal_models(case)
+        for label, model in models.items():
+            made = predict(profile, nominal_cluster, strategy, model, [case.workers], methods=("fine", "coarse"),
+                           iterations=self.predict_iterations, variability=variability)
+            results.update({f"{r.method}-{label}": r for r in made.results if r.workers == case.workers})
         return results
+
+    def nominal_models(self, case: Case) -> tuple[Any, dict[str, Any]]:
+        """The cluster and cost models of a prediction made without a network file: from the nominal
+        bandwidth and default latency ("nominal"), and with the grid's CPU budget added ("budget",
+        as `sgdscale predict --cpu-per-node` charges it; only where the grid has a quota)."""
+        from sgdscale.cluster import Cluster
+        from sgdscale.comm import CommModel
+        from sgdscale.comm.interference import node_model
+
+        cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
+        nominal = CommModel.from_link(case.bandwidth_bps, cluster.latency_s)
+        models = {"nominal": nominal}
+        if self.grid.cpu_per_node_cores:
+            budget, _ = node_model(nominal, network=None, link_bps=case.bandwidth_bps,
+                                   cpu_cores=self.grid.cpu_per_node_cores)
+            if sleeps(case):
+                budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0)
+            models["budget"] = budget
+        return cluster, models
 
     def case_inputs(self, case: Case, round_index: int = 0) -> tuple[Any, Any, Any, Any, bool]:
         """(profile, cluster, strategy, comm, variability) of the prediction from the measured network."""
@@ -370,8 +383,7 @@ class Validator:
         profile = load_profile(self.ensure_profile(case.spec, round_index))
         network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
-        if case.spec.kind == "replay" and case.spec.replay_compute == "sleep":
-            # a sleeping layer takes no CPU from gloo, nor gloo from it
+        if sleeps(case):
             comm = dataclasses.replace(comm, interference=None, worker_cpu_s_per_message=0.0)
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         variability = case.spec.kind != "replay"  # a replay spends the profiled means
