@@ -84,6 +84,22 @@ def test_a_flow_already_leaving_a_node_keeps_priority_over_a_newcomer(newcomer, 
     assert out[2] == pytest.approx(6.0)
 
 
+@pytest.mark.parametrize("busy_until, first_done", [(0.5, 3.2), (2.0, 5.0)])
+def test_a_newcomer_out_of_a_node_whose_cpu_is_busy_shares_equally(busy_until, first_done):
+    # The flows of the test above, with node 0's CPU busy until `busy_until`: B starts at t=1, after
+    # the CPU went idle (0.5) it yields as before (A done at 3.2); while it is busy (2.0) the CPU
+    # paces both flows and they share equally (A done at 5; benchmarks/head_start.py --busy-sender).
+    net = LinkNetwork(EventQueue(), [10.0, 100.0, 100.0], 0.0, newcomer_weight=0.1)
+    net.sender_busy_until = [busy_until, 0.0, 0.0]
+    a = net.add_connection(0, 1)
+    b = net.add_connection(0, 2)
+    net.send(a, 30.0, 0.0, 0.0, token=1)
+    net.send(b, 30.0, 1.0, 0.0, token=2)
+    out = {tok: t for t, tok, _ in run_network(net)}
+    assert out[1] == pytest.approx(first_done)
+    assert out[2] == pytest.approx(6.0)
+
+
 def test_flows_into_one_node_share_its_link_whichever_started_first():
     # The same two flows from two nodes into one 10 B/s downlink (as pushes into a shard): the
     # newcomer shares equally (benchmarks/head_start.py, incast), A done at 5, B at 6.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.fine.allreduce import simulate_allreduce
 from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
+import sgdscale.fine.ps as fine_ps
 from sgdscale.fine.ps import run_ps
 from sgdscale.fine.engine import run_dag
 from sgdscale.fine.hubs import StarNetwork
@@ -111,7 +113,8 @@ def test_one_worker_sync_and_async_agree(kind):
 @pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
 def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, variability, shards, grouping):
     """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op,
-    with equal and with unequal (weighted) link sharing, and with incumbents first."""
+    with equal and with unequal (weighted) link sharing, and with incumbents first (everywhere: the
+    DAG does not tell a busy shard's uplink apart, which test_engine_links checks on its own)."""
     profile = make_profile(layers=5, samples=4, seed=3)
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
@@ -127,7 +130,8 @@ def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, variability, sha
     dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre, seed=5)
     explicit = run_dag(dag, resources, network=net)
     plan = ps_plan(profile, cluster, strategy, comm)
-    fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0, seed=5)
+    with mock.patch.object(fine_ps, "BUSY_SHARD_SHARES_EQUALLY", False):
+        fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0, seed=5)
     for w in range(cluster.workers):
         want = [explicit.finish_s[step_end[k][w]] for k in range(steps)]
         np.testing.assert_allclose(fast.ends[w], want, rtol=1e-9)

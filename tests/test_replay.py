@@ -179,6 +179,12 @@ def test_replay_runs_on_the_distributed_runtime(tmp_path, strategy, extra):
         assert sum(s.bytes for s in m.servers) == profile.gradient_bytes
         # the PS worker runs no optimizer (the shards update), so no optimizer time is spent
         assert step >= (profile.compute_s - profile.step.optimizer_s) * 0.97
+        # the shards spend the profiled optimizer time, each tensor its share, in place of the update:
+        # once per step in sync PS, once per worker and step in async PS
+        steps = config.warmup + config.iterations
+        spent = steps * profile.step.optimizer_s * (1 if strategy == "ps-sync" else config.workers)
+        busy = sum(s.busy_s for s in m.servers)
+        assert 0.95 * spent <= busy <= 1.5 * spent + 0.02
 
 
 def test_replay_of_something_that_is_not_a_profile_is_a_user_error():

@@ -68,6 +68,12 @@ class LinkNetwork:
         self.l_bytes = [0.0] * nl
         self.l_last = [0.0] * nl
         self.l_since = [0.0] * nl  # when the link last went from idle to busy (incumbents first)
+        # Per link, until when its sending node's CPU is busy with other work (None: never). A
+        # newcomer out of such a node does not yield to the incumbents: where the sender's CPU paces
+        # its writes, its flows take turns at the CPU and share its link equally
+        # (`benchmarks/head_start.py --busy-sender`). The parameter-server simulation sets it for a
+        # shard's uplink from the shard's update queue.
+        self.sender_busy_until: list[float] | None = None
         # Per connection.
         self.c_up: list[int] = []
         self.c_down: list[int] = []
@@ -208,12 +214,13 @@ class LinkNetwork:
                              ) -> float:
         """The weight of a message starting now from the `sender`'s link to the `receiver`'s ((link, its
         active connections) pairs): times newcomer_weight if the sender's link has been busy since
-        before now. Idle links are marked busy from now. Only the sender's link: flows out of one
-        node share its link the way the first to start wants, flows from several nodes into one
-        share the receiver's link equally whichever started first (`benchmarks/head_start.py`)."""
-        since = self.l_since
+        before now and the sender's CPU is not busy (`sender_busy_until`). Idle links are marked busy
+        from now. Only the sender's link: flows out of one node share its link the way the first to
+        start wants, flows from several nodes into one share the receiver's link equally whichever
+        started first (`benchmarks/head_start.py`)."""
+        since, busy = self.l_since, self.sender_busy_until
         link, active = sender
-        if active and since[link] < now:
+        if active and since[link] < now and (busy is None or busy[link] <= now):
             weight *= self.newcomer_weight
         for link, active in (sender, receiver):
             if not active:

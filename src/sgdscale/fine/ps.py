@@ -125,6 +125,23 @@ def run_ps(profile: Profile, cluster: Cluster, comm: CommModel | Topology, plan:
     return sim
 
 
+# A shard whose CPU paces its writes does not let the replies already leaving keep its uplink:
+# flows that take turns at a CPU share equally. Measured with plain TCP out of one node at 0.23
+# cores, 2400 Mbit/s, 47 MB per flow (`benchmarks/head_start.py`): with the node idle a flow 10 ms
+# late gets 0.14 of the link's weight; with a spinning process on the node the two flows finish
+# together (0.96 of each other). The simulation takes a shard's CPU to pace its writes while its
+# update queue is busy, where moving bytes at line rate both ways would take at least
+# CPU_PACED_TRANSPORT_SHARE of its CPU: an update running beside the transport takes the rest.
+BUSY_SHARD_SHARES_EQUALLY = True
+CPU_PACED_TRANSPORT_SHARE = 0.5
+
+
+def cpu_paces_shard_writes(server_cpu_s_per_byte: float, link_Bps: float) -> bool:
+    """Whether a busy shard's CPU, not its link, paces its replies (see CPU_PACED_TRANSPORT_SHARE):
+    `server_cpu_s_per_byte` is wall seconds of the shard's CPU budget per byte moved."""
+    return BUSY_SHARD_SHARES_EQUALLY and 2.0 * server_cpu_s_per_byte * link_Bps >= CPU_PACED_TRANSPORT_SHARE
+
+
 # The order in which a shard sends the replies it held for a worker's receive notices. gloo's own
 # order (`in_notice_order`) is measured and modelled, but not used: on the kept PS runs of sets
 # 10-32 it made the fine method's async predictions faster where they were already too fast
@@ -236,6 +253,12 @@ class PsRun:
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
+        # Each shard's uplink, told until when the shard's CPU is busy updating (a busy shard's
+        # replies share its link equally: LinkNetwork.sender_busy_until).
+        self.shard_uplinks = [sorted({up for up, _ in links.pull_pairs[s]}) for s in range(shards)]
+        if any(cpu_paces_shard_writes(topology.nic.server_cpu_s_per_byte, pull_caps[up])
+               for ups in self.shard_uplinks for up in ups):
+            self.pull_net.sender_busy_until = [0.0] * len(pull_caps)
         # per worker and message: seconds its own uplink needs to send it (compute_while_sending)
         self.send_s = [[plan.bytes[m] / push_caps[links.push_pairs[w][plan.shard[m]][0]] for m in range(plan.messages)]
                        for w in range(n)]
@@ -258,6 +281,7 @@ class PsRun:
         scale = [float(x) for x in self.sampler.scale]
         get_tab = self.tables.get
         push_net, pull_net = self.push_net, self.pull_net
+        busy_until, shard_up = pull_net.sender_busy_until, self.shard_uplinks
         push_send, pull_send = push_net.send, pull_net.send
         push_done, pull_done = push_net.on_done, pull_net.on_done
         push_conn, pull_conn = self.push_conn, self.pull_conn
@@ -467,6 +491,10 @@ class PsRun:
                 st = arrival
             en = st + u
             sfree[s] = en
+            if busy_until is not None:
+                for link in shard_up[s]:
+                    if en > busy_until[link]:
+                        busy_until[link] = en
             sbusy[s] += u
             if rec is not None and k in trace_iters:
                 rec.update(s, m, k, st, u, None if sync else w)

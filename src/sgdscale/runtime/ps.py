@@ -30,6 +30,12 @@ Untraced runs install none of it.
 Asynchronous shard: one thread per worker, no barrier; each gradient tensor is applied on
 arrival (`v = m * v + g; p -= lr * v`, under a lock per shard) and the fresh value goes straight back to the
 worker that sent it. Workers may compute on stale parameters, as in async SGD.
+
+A replay's shard (`setup.replay`) spends its tensors' share of the profiled `optimizer_s` (slept
+or spun, as the replay's compute) instead of summing and updating, as a replay worker spends it
+instead of running its optimizer: the built-in profiles time the update on a whole core, and the
+real update under a node's CPU quota took 1/quota times as long as the prediction was told (a
+resnet18 shard at 0.23 cores: about 104 ms per push where the profile says 24 ms).
 """
 
 from __future__ import annotations
@@ -203,6 +209,7 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     lr = config["lr"]
     stats = {"busy_s": 0.0, "updates": 0}
     recorder = recorder_for(config)
+    replay_update = _replay_update(setup, values)
 
     dist.barrier()
     t_start = time.perf_counter()
@@ -210,9 +217,9 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     for work in initial:
         work.wait()
     if config["strategy"] == "ps-sync":
-        _serve_sync(values, mine, workers, total, lr, stats, ctx.report_progress, recorder)
+        _serve_sync(values, mine, workers, total, lr, stats, ctx.report_progress, recorder, replay_update)
     else:
-        _serve_async(values, mine, workers, total, lr, stats, ctx.report_progress, recorder)
+        _serve_async(values, mine, workers, total, lr, stats, ctx.report_progress, recorder, replay_update)
     events = {} if recorder is None else {"events": recorder.record(config["warmup"])}
     return {
         **events,
@@ -226,9 +233,25 @@ def run_server(ctx: RankContext, setup: Setup) -> dict[str, Any]:
     }
 
 
+def _replay_update(setup: Setup, values: dict[int, torch.Tensor]) -> Callable[[int], None] | None:
+    """For a replay's shard: spend tensor i's share of the profiled optimizer time (None otherwise)."""
+    if setup.replay is None:
+        return None
+    from sgdscale.runtime.replay import Spender
+
+    profile = setup.replay.profile
+    spender = Spender(setup.replay.spender.mode, setup.replay.spender.spin_rate)
+    per_byte_s = profile.step.optimizer_s / profile.gradient_bytes if profile.gradient_bytes else 0.0
+
+    def spend(i: int) -> None:
+        spender.spend(per_byte_s * values[i].numel() * values[i].element_size(), time.perf_counter())
+
+    return spend
+
+
 def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
                 stats: dict[str, Any], report_progress: Callable[[int], None],
-                recorder: EventRecorder | None = None) -> None:
+                recorder: EventRecorder | None = None, replay_update: Callable[[int], None] | None = None) -> None:
     grads = {(w, i): torch.empty_like(values[i]) for w in range(workers) for i in mine}
     velocity = {i: torch.zeros_like(values[i]) for i in mine}
     order = mine  # already in gradient-ready order
@@ -248,12 +271,16 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
                     recorder.add("receive", f"wait for worker {w}", waiting, time.perf_counter(),
                                  {"tensor": i, "worker": w})
             t = time.perf_counter()
-            summed = grads[0, i].clone()
-            for w in range(1, workers):
-                summed.add_(grads[w, i])
-            velocity[i].mul_(MOMENTUM).add_(summed, alpha=1.0 / workers)
-            values[i].add_(velocity[i], alpha=-lr)
-            reply = values[i].clone()  # the value stays intact while the sends are in flight
+            if replay_update is not None:
+                replay_update(i)
+                reply = values[i]  # never changes
+            else:
+                summed = grads[0, i].clone()
+                for w in range(1, workers):
+                    summed.add_(grads[w, i])
+                velocity[i].mul_(MOMENTUM).add_(summed, alpha=1.0 / workers)
+                values[i].add_(velocity[i], alpha=-lr)
+                reply = values[i].clone()  # the value stays intact while the sends are in flight
             done = time.perf_counter()
             stats["busy_s"] += done - t
             stats["updates"] += workers
@@ -267,7 +294,7 @@ def _serve_sync(values: dict[int, torch.Tensor], mine: list[int], workers: int, 
 
 def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int, total: int, lr: float,
                  stats: dict[str, Any], report_progress: Callable[[int], None],
-                recorder: EventRecorder | None = None) -> None:
+                 recorder: EventRecorder | None = None, replay_update: Callable[[int], None] | None = None) -> None:
     lock = threading.Lock()
     velocity = {i: torch.zeros_like(values[i]) for i in mine}
     served = [0] * workers  # iterations served per worker; progress = the slowest worker's count
@@ -286,9 +313,13 @@ def _serve_async(values: dict[int, torch.Tensor], mine: list[int], workers: int,
                                  {"tensor": i, "worker": w}, iteration=iteration)
                 with lock:
                     t = time.perf_counter()
-                    velocity[i].mul_(MOMENTUM).add_(grads[i])
-                    values[i].add_(velocity[i], alpha=-lr)
-                    reply = values[i].clone()
+                    if replay_update is not None:
+                        replay_update(i)
+                        reply = values[i]  # never changes
+                    else:
+                        velocity[i].mul_(MOMENTUM).add_(grads[i])
+                        values[i].add_(velocity[i], alpha=-lr)
+                        reply = values[i].clone()
                     done = time.perf_counter()
                     stats["busy_s"] += done - t
                     stats["updates"] += 1

@@ -38,7 +38,8 @@ distributed system.
 
 Memory: parameters plus gradients only (no activations: the tensor passed between layers has one
 element); a gradient is allocated inside its node's time budget and handed to autograd without a
-copy. The optimizer is not run: the profiled `optimizer_s` is spent instead (a real SGD update of
+copy. The optimizer is not run: the profiled `optimizer_s` is spent instead, by a worker after its
+step and by a parameter-server shard per tensor in place of its update (a real SGD update of
 553 MB of vgg16 gradients would add CPU time and memory traffic the profile does not contain).
 Data loading and host-to-device time (`step.data_s`, `step.h2d_s`) are spent at the start of
 forward.
@@ -307,9 +308,10 @@ class Replay:
 
 def build_replay(profile_json: dict[str, Any], compute: str, calibrate: bool = True) -> Replay:
     """The replay of a profile (already validated JSON). `calibrate=False` (server shards, which
-    never run the module's compute in the measured loop) skips the spin and overhead calibration."""
+    never run the module's compute in the measured loop, only spend the optimizer's time) skips the
+    overhead calibration; spinning still measures its rate."""
     profile = profile_from_json(profile_json, "replay profile")
-    rate = calibrate_spin_rate() if compute == "spin" and calibrate else None
+    rate = calibrate_spin_rate() if compute == "spin" else None
     spender = Spender(compute if rate or compute == "sleep" else "sleep", rate)
     module = ReplayModule(profile, spender)
     if calibrate:
