@@ -436,3 +436,24 @@ def test_posted_order_leaves_a_reply_the_shard_had_not_begun_behind(kind):
     profile = _classifier_profile(1.1)
     assert _steps(profile, kind, posted=True) == pytest.approx(_steps(profile, kind, posted=False))
     assert _steps(profile, kind, posted=False)[0] > 1.5  # the slow shard binds
+
+
+def test_a_busy_shard_shares_its_uplink_only_where_its_cpu_paces_the_writes():
+    """The rule (fine.ps.cpu_paces_shard_writes) applies where moving bytes at line rate both ways
+    takes at least CPU_PACED_TRANSPORT_SHARE of the shard's CPU: at 100 MB/s, 2.5 ns of the shard's
+    wall time per byte makes 0.5 exactly; nominal figures (no CPU cost) never apply it."""
+    assert fine_ps.cpu_paces_shard_writes(2.5e-9, 1e8)
+    assert not fine_ps.cpu_paces_shard_writes(2.4e-9, 1e8)
+    assert not fine_ps.cpu_paces_shard_writes(0.0, 1e8)
+    with mock.patch.object(fine_ps, "BUSY_SHARD_SHARES_EQUALLY", False):
+        assert not fine_ps.cpu_paces_shard_writes(1e-6, 1e8)
+    profile = _classifier_profile(0.1)
+    cluster = Cluster(2, 8e8, ps_count=1, latency_s=0.0)  # 100 MB/s links
+    strategy = Strategy(kind="ps-async", grouping="per-layer")
+    sampler = ComputeSampler(profile, cluster, seed=0, variability=False)
+    rows = np.array([sampler.draw_rows() for _ in range(4)]).reshape(4, 2)
+    for cpu_s_per_byte, applies in ((3e-9, True), (1e-9, False)):
+        comm = dataclasses.replace(CommModel.from_link(8e8, 0.0), server_cpu_s_per_byte=cpu_s_per_byte)
+        plan = ps_plan(profile, cluster, strategy, comm)
+        run = run_ps(profile, cluster, comm, plan, sampler, rows, False, 1)
+        assert (run.pull_net.sender_busy_until is not None) == applies
