@@ -149,7 +149,8 @@ def cpu_paces_shard_writes(server_cpu_s_per_byte: float, link_Bps: float) -> boo
 # `benchmarks/reply_order_tuning.py`). What it leaves out is how often real async workers run
 # close together, their pulls sharing the shard's uplink behind their pushes' backlog (31 of 38
 # forwards in `benchmarks/shard_cpu_phase.py`), where the simulated ones drift apart and stay
-# there; the update order stands in until that is modelled.
+# there. The busy-shard rule (BUSY_SHARD_SHARES_EQUALLY) now keeps simulated 2-worker replays
+# together where the shard's CPU paces its writes; gloo's order has not been tried again with it.
 POSTED_ORDER = False
 
 
