@@ -34,8 +34,9 @@ worker that sent it. Workers may compute on stale parameters, as in async SGD.
 A replay's shard (`setup.replay`) spends its tensors' share of the profiled `optimizer_s` (slept
 or spun, as the replay's compute) instead of summing and updating, as a replay worker spends it
 instead of running its optimizer: the built-in profiles time the update on a whole core, and the
-real update under a node's CPU quota took 1/quota times as long as the prediction was told (a
-resnet18 shard at 0.23 cores: about 104 ms per push where the profile says 24 ms).
+real update under a node's CPU quota takes about 1/quota times as long as the prediction was told
+(`benchmarks/shard_update_cost.py`: resnet18's, 18-22 ms of CPU against the profile's 24 ms, is
+some 90 ms of a 0.23-core node).
 """
 
 from __future__ import annotations
@@ -237,10 +238,7 @@ def _replay_update(setup: Setup, values: dict[int, torch.Tensor]) -> Callable[[i
     """For a replay's shard: spend tensor i's share of the profiled optimizer time (None otherwise)."""
     if setup.replay is None:
         return None
-    from sgdscale.runtime.replay import Spender
-
-    profile = setup.replay.profile
-    spender = Spender(setup.replay.spender.mode, setup.replay.spender.spin_rate)
+    profile, spender = setup.replay.profile, setup.replay.spender  # a shard's: no overhead calibrated
     per_byte_s = profile.step.optimizer_s / profile.gradient_bytes if profile.gradient_bytes else 0.0
 
     def spend(i: int) -> None:
