@@ -13,10 +13,10 @@ quota), the CPU that rank 0 spends per byte it moves in each pattern:
 - `pair`: ranks 0 and 1 send M to each other at once;
 - `ps round`: ranks 1 and 2 each push M to rank 0 as 4 messages, and rank 0 replies with the same
   messages to each as they are in (a synchronous shard's step with 2 workers);
-- `round trip, busy` and `ps round, busy`: the same while a thread of rank 0 computes throughout
-  (small matrix products), so that the node uses its whole quota, as a shard does while it
-  updates; rank 0's transport CPU is then its process CPU less the computing thread's own;
-  `round trip, both busy`: ranks 0 and 1 both compute throughout.
+- `round trip, busy`, `in, busy`, `out, busy` and `ps round, busy`: the same while a second
+  process on rank 0's node spins throughout, so that the node uses its whole quota (throttled), as
+  a shard's node does while it updates; `round trip, both busy`: ranks 0 and 1's nodes both spin.
+  The rank's getrusage holds its transport alone.
 CPU is each rank's process CPU (getrusage, all threads, gloo's included: what netbench reads; the
 node's cgroup is not readable from inside its namespace, and holds only this process). Per pattern the slope over the sizes (CPU per byte moved at rank 0) is fitted from the
 median of the repeats. Patterns are interleaved per repeat.
@@ -26,15 +26,16 @@ median of the repeats. Patterns are interleaved per repeat.
 
 Raw output: benchmarks/results/shard_transport_cpu-<bandwidth>-q<quota>[-NAME].md.
 
-What it showed (3500 Mbit/s at 0.21 and 0.45 cores, 1050 at 0.21; 8 repeats of 4 and 16 MB):
-- receiving costs three to four times sending: `in` 0.75-0.97 ns/B, `out` 0.24-0.32;
-- a shard's own pattern costs about what netbench's round trip does: `ps round` 0.27-0.51 ns/B,
-  `round trip` 0.27-0.43 in the same runs; so the pattern does not explain why set 34's shards
-  received only 0.5-0.8 of their charge;
-- netbench's round trip itself moves between runs (set 34's files: 0.51 and 0.66 at these settings),
-  more than the patterns differ;
-- with a computing thread on the node, subtracting that thread's CPU leaves the transport negative
-  in some repeats (its clock and getrusage disagree): the `busy` rows bound nothing.
+What it showed (3500 Mbit/s at 0.21 and 0.45 cores, 1050 at 0.21; 8 repeats of 4 and 16 MB; the
+three files kept):
+- receiving costs two to three times sending: `in` 0.73-0.94 ns/B, `out` 0.28-0.33;
+- a shard's own pattern costs a little less than netbench's round trip, in each run: `ps round`
+  0.33-0.52 ns/B against `round trip` 0.40-0.58 (6-18% less);
+- with the node saturated by a spinner, `ps round, busy` 0.30-0.45 (0.8-0.9 of idle), `round trip,
+  busy` 0.35-0.45 (0.6-1.1 of idle): a hint that a throttled node pays less per byte, inside the
+  run-to-run noise (set 34's files measured 0.51 and 0.66 at these settings, these runs 0.40-0.58);
+- so neither the pattern nor the busy node accounts for set 34's shards receiving only 0.5-0.8 of
+  their charge; the figure's own noise between runs is as large as the gap.
 """
 
 from __future__ import annotations
@@ -47,9 +48,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TARGET = "shard_transport_cpu:rank_target"
-PATTERNS = ("round trip", "in", "out", "in+out", "pair", "ps round", "round trip, busy", "round trip, both busy", "ps round, busy")
+PATTERNS = ("round trip", "in", "out", "in+out", "pair", "ps round", "round trip, busy", "in, busy", "out, busy",
+            "round trip, both busy", "ps round, busy")
 # Bytes rank 0 moves (in plus out) per pattern, in units of M.
-MOVED_AT_SHARD = {"round trip": 2, "in": 1, "out": 1, "in+out": 2, "pair": 2, "ps round": 4, "round trip, busy": 2, "round trip, both busy": 2, "ps round, busy": 4}
+MOVED_AT_SHARD = {"round trip": 2, "in": 1, "out": 1, "in+out": 2, "pair": 2, "ps round": 4, "round trip, busy": 2, "in, busy": 1, "out, busy": 1,
+                  "round trip, both busy": 2, "ps round, busy": 4}
 
 
 def _process_cpu_s() -> float:
@@ -59,32 +62,20 @@ def _process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-class _Busy:
-    """A thread that computes (64x64 matrix products) until stopped; `stop` returns its own CPU seconds."""
+class _Spinner:
+    """A process on this rank's node (its cgroup and namespace, inherited) that spins until stopped,
+    so that the node uses its whole quota while the rank moves bytes, as a shard's node does while
+    it updates. The rank's own getrusage then holds only its transport."""
 
     def __init__(self) -> None:
-        import threading
+        import subprocess
 
-        self._stop = threading.Event()
-        self._cpu_s = 0.0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        time.sleep(0.02)  # let it run before the transfer starts
+        self._process = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+        time.sleep(0.05)  # the spinner is running, and the node throttled, before the transfer starts
 
-    def _run(self) -> None:
-        import torch
-
-        a = torch.ones(64, 64)
-        start = time.thread_time()
-        while not self._stop.is_set():
-            for _ in range(20):
-                a = torch.mm(a, a).clamp_(0, 1)
-        self._cpu_s = time.thread_time() - start
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return self._cpu_s
+    def stop(self) -> None:
+        self._process.kill()
+        self._process.wait()
 
 
 def rank_target(ctx) -> dict:
@@ -102,7 +93,7 @@ def rank_target(ctx) -> dict:
         for repeat in range(config["warmup"] + config["repeats"]):
             for pattern in PATTERNS:
                 dist.barrier()
-                busy = (_Busy() if rank == 0 and pattern.endswith(", busy")
+                busy = (_Spinner() if rank == 0 and pattern.endswith(", busy")
                         or rank == 1 and pattern.endswith("both busy") else None)
                 cpu, start = _process_cpu_s(), time.perf_counter()
                 works = []
@@ -114,17 +105,17 @@ def rank_target(ctx) -> dict:
                     elif rank == 1:
                         dist.recv(inbox, src=0)
                         dist.send(tensor, dst=0)
-                elif pattern == "in":
+                elif base == "in":
                     if rank == 0:
                         works.append(dist.irecv(inbox, src=1))
                     elif rank == 1:
                         works.append(dist.isend(tensor, dst=0))
-                elif pattern == "out":
+                elif base == "out":
                     if rank == 0:
                         works.append(dist.isend(tensor, dst=1))
                     elif rank == 1:
                         works.append(dist.irecv(inbox, src=0))
-                elif pattern == "in+out":
+                elif base == "in+out":
                     if rank == 0:
                         works += [dist.irecv(inbox, src=1), dist.isend(tensor, dst=2)]
                     elif rank == 1:
@@ -143,14 +134,14 @@ def rank_target(ctx) -> dict:
                     else:
                         works += [dist.isend(part, dst=0, tag=k) for k, part in enumerate(tensor.chunk(parts))]
                         works += [dist.irecv(part, src=0, tag=k) for k, part in enumerate(inbox.chunk(parts))]
-                elif pattern == "pair" and rank in (0, 1):
+                elif base == "pair" and rank in (0, 1):
                     works += [dist.isend(tensor, dst=1 - rank), dist.irecv(inbox, src=1 - rank)]
                 for work in works:
                     work.wait()
                 wall = time.perf_counter() - start
                 used = _process_cpu_s() - cpu
                 if busy is not None:
-                    used -= busy.stop()
+                    busy.stop()
                 if repeat >= config["warmup"]:
                     rows[pattern][str(nbytes)].append([used, wall])
     return {"rank": rank, "rows": rows}
