@@ -31,6 +31,7 @@ from sgdscale.runtime.testbed import Testbed
 HERE = Path(__file__).resolve().parent
 MODEL_ARGS = {"mobilenet_v2": ["--batch-size", "4", "--image-size", "32"],
               "resnet18": ["--batch-size", "4", "--image-size", "32"],
+              "cnn": ["--batch-size", "16", "--image-size", "32"],  # as validation runs it
               "mlp": ["--batch-size", "32", "--option", "width=512", "--option", "depth=4"]}
 SETTINGS = {"alone": (), "same core": (2,), "other core": (1,), "both": (1, 2)}
 
