@@ -30,7 +30,9 @@ def commands(set_name: str, out: Path) -> list[list[str]]:
         args = ["validate", "--workload", grid["workload"], "--models", ",".join(grid["models"]),
                 "--workers", ",".join(map(str, grid["workers"])), "--bandwidth", ",".join(grid["bandwidth"]),
                 "--strategies", ",".join(grid["strategies"]), "--cpu-per-node", str(spec["cpu_per_node"]),
-                "--repeats", str(spec["repeats"]), "-o", str(out)]
+                "--repeats", str(spec["repeats"]), "-o", str(out),
+                # sets committed before validation's minimum window measured exactly --iterations
+                "--min-window", str(spec.get("min_window_s", 0))]
         if "ps" in grid:  # server shards of the PS strategies (default 1)
             args += ["--ps", str(grid["ps"])]
         runs.append(args)

@@ -325,3 +325,8 @@ def test_a_number_in_a_sweep_spec_is_bit_per_second(tmp_path, capsys):
     code, _, err = run(capsys, "sweep", "--spec", str(path), "-o", str(out), "-j", "1")
     assert code == 0, err
     assert "1000000000.0" in out.read_text()
+
+
+def test_validate_refuses_a_negative_min_window(capsys):
+    assert "--min-window must be 0 or more seconds" in clean_error(capsys, "validate", "--models", "mlp",
+                                                                  "--min-window", "-1")

@@ -8,6 +8,7 @@ predictor or runtime, not a modelling error. The same real case measured in two 
 benchmarks/accuracy.py, which runs the full grid with longer runs.
 """
 
+import dataclasses
 import json
 import os
 
@@ -184,3 +185,21 @@ def test_validate_has_real_settings_for_every_model_it_names():
     assert (spec.model, spec.batch_size, spec.image_size) == ("densenet121", 4, 32)
     with pytest.raises(UserError, match="densenet121"):  # the message lists it among the known ones
         model_spec("vgg11", None)
+
+
+def test_short_steps_get_a_window_of_at_least_min_window_seconds():
+    """A run measures `iterations` steps (3x for async PS), more where those would last under
+    `min_window_s` by the profile's step, at most MAX_WINDOW_FACTOR x `iterations`; 0 keeps the count."""
+    from sgdscale.validation import MAX_WINDOW_FACTOR
+
+    fixed = Grid(specs=[ModelSpec("mlp", 32)], workers=[2], bandwidths_bps=[1e9], strategies=["allreduce"],
+                 iterations=15)
+    assert fixed.iterations_for("allreduce", 0.01) == 15 and fixed.iterations_for("ps-async", 0.01) == 45
+    grid = dataclasses.replace(fixed, min_window_s=20.0)
+    assert grid.iterations_for("allreduce", 1.0) == 20  # 15 steps of 1 s last 15 s: 20 steps
+    assert grid.iterations_for("ps-async", 1.0) == 45  # 45 s already
+    assert grid.iterations_for("allreduce", 2.0) == 15
+    assert grid.iterations_for("allreduce", 0.13) == 15 * MAX_WINDOW_FACTOR  # 154 wanted, capped at 150
+    assert grid.iterations_for("allreduce", 0.2) == 100
+    assert grid.iterations_for("allreduce", None) == 15  # no profile step known
+

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 import sys
 import time
@@ -116,6 +117,12 @@ class Case:
 # from run to run: the same replay case spread 27.7% over 15 measured steps and 8.4% over 45
 # (4 interleaved runs each, benchmarks/window_length.py, benchmarks/results/window_length/).
 ASYNC_WINDOW_FACTOR = 3
+# Where a step is short, a fixed number of steps is a short window, and the machine's speed moves
+# within seconds: real cnn (2 workers, all-reduce, 0.40 cores, 0.13 s steps) spread 55.1% over 6
+# interleaved runs of 15 steps and 13.1% over 150 (benchmarks/window_length.py --real, raw
+# benchmarks/results/window_length/cnn-real-allreduce-w2-2800Mbit-q0.4.md). `Grid.min_window_s`
+# lengthens such windows, up to this many times the fixed count.
+MAX_WINDOW_FACTOR = 10
 
 
 @dataclass
@@ -131,11 +138,17 @@ class Grid:
     profile_iterations: int = 20
     repeats: int = 1
     pin_cpus: bool = True
+    min_window_s: float = 0.0  # measured window at least this long by the profile's step (0: fixed count)
     cases_filter: Callable[[Case], bool] | None = field(default=None, repr=False)
 
-    def iterations_for(self, strategy: str) -> int:
-        """Measured steps of a run: `iterations`, times ASYNC_WINDOW_FACTOR for async PS."""
-        return self.iterations * (ASYNC_WINDOW_FACTOR if strategy == "ps-async" else 1)
+    def iterations_for(self, strategy: str, step_s: float | None = None) -> int:
+        """Measured steps of a run: `iterations`, times ASYNC_WINDOW_FACTOR for async PS; more where
+        that many steps of `step_s` (the profile's one-worker step) last under `min_window_s`, up to
+        MAX_WINDOW_FACTOR x `iterations`."""
+        steps = self.iterations * (ASYNC_WINDOW_FACTOR if strategy == "ps-async" else 1)
+        if self.min_window_s > 0 and step_s and step_s > 0:
+            steps = max(steps, min(math.ceil(self.min_window_s / step_s), self.iterations * MAX_WINDOW_FACTOR))
+        return steps
 
     def cases(self) -> list[Case]:
         cases = []
@@ -404,12 +417,20 @@ class Validator:
             "method": "fine", "profile": str(self.profile_path(case.spec, round_index)),
             "network": str(self.network_path(case.bandwidth_bps)), "variability": variability})
 
+    def window_steps(self, case: Case) -> int:
+        """Measured steps of every run of `case`: by round 0's profile, so that all rounds measure
+        the same window."""
+        from sgdscale.profile import load_profile
+
+        step_s = load_profile(self.profile_path(case.spec, 0)).compute_s if self.grid.min_window_s > 0 else None
+        return self.grid.iterations_for(case.strategy, step_s)
+
     def measure_case(self, case: Case) -> Any:
         from sgdscale.runtime.testbed import Testbed
         from sgdscale.runtime.train import TrainConfig, replay_config, run_training
 
         common = dict(workers=case.workers, strategy=case.strategy, ps_count=case.ps_count,
-                      iterations=self.grid.iterations_for(case.strategy), warmup=self.grid.warmup,
+                      iterations=self.window_steps(case), warmup=self.grid.warmup,
                       bandwidth_bps=case.bandwidth_bps, cpu_quota=self.grid.cpu_per_node_cores,
                       trace=self.trace_dir is not None,
                       reference_steps=REFERENCE_STEPS if case.spec.kind == "real" else 0)
@@ -493,7 +514,8 @@ class Validator:
         write_json_atomic(self.results_path, {
             "schema": VALIDATION_SCHEMA,
             "grid": {"cpu_per_node_cores": self.grid.cpu_per_node_cores, "iterations": self.grid.iterations,
-                     "async_iterations": self.grid.iterations_for("ps-async"), "warmup": self.grid.warmup,
+                     "async_iterations": self.grid.iterations_for("ps-async"),
+                     "min_window_s": self.grid.min_window_s, "warmup": self.grid.warmup,
                      "ps_count": self.grid.ps_count, "repeats": self.grid.repeats, "pin_cpus": self.grid.pin_cpus},
             "cases": self.rows,
             "summary": summarize(self.rows),

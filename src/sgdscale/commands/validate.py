@@ -103,6 +103,10 @@ def summary_table(summary: list[dict]) -> Table:
               help="CPU cores per emulated node (all nodes together must fit this machine's cores).")
 @click.option("--iterations", type=int, default=15, show_default=True,
               help="Measured iterations per real run (async PS: 3x, its workers' phases wander).")
+@click.option("--min-window", "min_window_s", type=float, default=20.0, show_default=True,
+              help="Seconds the measured window lasts at least, by the profile's one-worker step: more "
+                   "iterations where a step is short (up to 10x --iterations), so that a few seconds of the "
+                   "machine's drift do not set the result. 0: exactly --iterations.")
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured iterations per real run.")
 @click.option("--repeats", type=int, default=3, show_default=True,
               help="Rounds over the whole grid: each case is measured this many times, interleaved with the "
@@ -120,7 +124,7 @@ def summary_table(summary: list[dict]) -> Table:
               help="Folder for results.json, cached profiles and network files, and the plot.")
 def validate(models: str, workload: str, replay_compute: str, workers_text: str, bandwidth_text: str,
              strategies: str, ps_count: int, batch_size: int | None, cpu_per_node: float, iterations: int,
-             warmup: int, repeats: int, pin_cpus: bool, repredict: bool, trace_dir: Path | None,
+             min_window_s: float, warmup: int, repeats: int, pin_cpus: bool, repredict: bool, trace_dir: Path | None,
              out_dir: Path) -> None:
     """Check predictions against real distributed training on an emulated cluster (needs root
     and torch).
@@ -162,10 +166,13 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
         raise UserError(f"--ps must be at least 1, got {ps_count}")
     if repeats < 1:
         raise UserError(f"--repeats must be at least 1, got {repeats}")
+    if min_window_s < 0:
+        raise UserError(f"--min-window must be 0 or more seconds, got {min_window_s:g}")
     grid = Grid(specs=specs, workers=parse_workers(workers_text),
                 bandwidths_bps=[parse_bandwidth_bps(b) for b in bandwidth_text.split(",")],
                 strategies=kinds, ps_count=ps_count, cpu_per_node_cores=cpu_per_node,
-                iterations=iterations, warmup=warmup, repeats=repeats, pin_cpus=pin_cpus)
+                iterations=iterations, warmup=warmup, repeats=repeats, pin_cpus=pin_cpus,
+                min_window_s=min_window_s)
     console = Console(stderr=True)
     validator = Validator(grid, out_dir, log=lambda text: console.log(text), trace_dir=trace_dir)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
