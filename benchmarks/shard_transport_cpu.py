@@ -18,8 +18,9 @@ quota), the CPU that rank 0 spends per byte it moves in each pattern:
   a shard's node does while it updates; `round trip, both busy`: ranks 0 and 1's nodes both spin.
   The rank's getrusage holds its transport alone.
 CPU is each rank's process CPU (getrusage, all threads, gloo's included: what netbench reads; the
-node's cgroup is not readable from inside its namespace, and holds only this process). Per pattern the slope over the sizes (CPU per byte moved at rank 0) is fitted from the
-median of the repeats. Patterns are interleaved per repeat.
+node's cgroup is not readable from inside its namespace, and holds only this process). Per
+pattern, the slope over the sizes of the median CPU per repeat (`fit_alpha_beta`, as netbench fits
+it) is the CPU per byte rank 0 moves. Patterns are interleaved per repeat.
 
     flock /tmp/sgdscale-cpu.lock .venv/bin/python benchmarks/shard_transport_cpu.py
         [--bandwidth-mbit 3500] [--quota 0.21] [--mbytes 4,16] [--repeats 6] [--tag NAME]
@@ -48,11 +49,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TARGET = "shard_transport_cpu:rank_target"
-PATTERNS = ("round trip", "in", "out", "in+out", "pair", "ps round", "round trip, busy", "in, busy", "out, busy",
-            "round trip, both busy", "ps round, busy")
-# Bytes rank 0 moves (in plus out) per pattern, in units of M.
-MOVED_AT_SHARD = {"round trip": 2, "in": 1, "out": 1, "in+out": 2, "pair": 2, "ps round": 4, "round trip, busy": 2, "in, busy": 1, "out, busy": 1,
-                  "round trip, both busy": 2, "ps round, busy": 4}
+# The patterns, in the order they run, and the bytes rank 0 moves (in plus out) in each, in units of M.
+MOVED_AT_SHARD = {"round trip": 2, "in": 1, "out": 1, "in+out": 2, "pair": 2, "ps round": 4,
+                  "round trip, busy": 2, "in, busy": 1, "out, busy": 1, "round trip, both busy": 2,
+                  "ps round, busy": 4}
+PATTERNS = tuple(MOVED_AT_SHARD)
 
 
 def _process_cpu_s() -> float:
@@ -147,14 +148,8 @@ def rank_target(ctx) -> dict:
     return {"rank": rank, "rows": rows}
 
 
-def slope(sizes: list[int], values: list[float]) -> float:
-    """Least-squares slope of values over sizes."""
-    mean_x, mean_y = statistics.fmean(sizes), statistics.fmean(values)
-    return (sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, values))
-            / sum((x - mean_x) ** 2 for x in sizes))
-
-
 def main(argv: list[str]) -> int:
+    from sgdscale.comm.network import fit_alpha_beta
     from sgdscale.runtime.launch import launch
     from sgdscale.runtime.testbed import Testbed
 
@@ -186,7 +181,7 @@ def main(argv: list[str]) -> int:
 
         def per_byte(rank: int, column: int) -> str:
             values = [statistics.median(r[column] for r in by_rank[rank][pattern][str(s)]) for s in sizes]
-            return f"{slope(moved, values) * 1e9:.2f}"
+            return f"{fit_alpha_beta(moved, values).beta_s_per_byte * 1e9:.2f}"
 
         largest = by_rank[0][pattern][str(sizes[-1])]
         lines.append(f"| {pattern} | {per_byte(0, 0)} | {per_byte(1, 0)} | {per_byte(2, 0)} | "

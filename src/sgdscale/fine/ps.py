@@ -150,7 +150,8 @@ def cpu_paces_shard_writes(server_cpu_s_per_byte: float, link_Bps: float) -> boo
 # close together, their pulls sharing the shard's uplink behind their pushes' backlog (31 of 38
 # forwards in `benchmarks/shard_cpu_phase.py`), where the simulated ones drift apart and stay
 # there. The busy-shard rule (BUSY_SHARD_SHARES_EQUALLY) now keeps simulated 2-worker replays
-# together where the shard's CPU paces its writes; gloo's order has not been tried again with it.
+# together where the shard's CPU paces its writes; tried again with it on (sets 10-34), gloo's
+# order still made async worse (8.8% -> 9.7%; `benchmarks/results/reply_order_tuning-with-busy-shard.md`).
 POSTED_ORDER = False
 
 
