@@ -45,6 +45,7 @@ class PsPlan:
     need: list[list[int]]  # per layer: messages its forward waits for
     shards: int
     post_rank: list[int]  # per message: its first tensor's index, the order a worker posts its pull receives
+    receive_s: list[float]  # per message: the shard's CPU (wall s) for receiving one worker's copy, in update_s
 
     @property
     def messages(self) -> int:
@@ -60,7 +61,7 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
     total_bytes = profile.gradient_bytes
     optimizer_s = profile.step.optimizer_s
     sizes = [t.bytes for t in profile.tensors]
-    out_bytes, out_shard, out_layer, out_fraction, out_update, out_post = [], [], [], [], [], []
+    out_bytes, out_shard, out_layer, out_fraction, out_update, out_post, out_receive = [], [], [], [], [], [], []
     need: list[list[int]] = [[] for _ in profile.layers]
     # The shard's CPU also moves every byte of an update's messages: in and out once per worker in
     # sync PS (N copies summed, N replies), once each way in async PS.
@@ -81,9 +82,10 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
             out_post.append(min(by_shard[s]))
             out_update.append((optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0)
                               + server_cpu_s * nbytes + server_message_s)
+            out_receive.append(topology.nic.server_cpu_s_per_byte * nbytes + topology.nic.server_cpu_s_per_message)
             for layer in sorted({layer_of[i] for i in by_shard[s]}):
                 need[layer].append(m)
-    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, out_post)
+    return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, out_post, out_receive)
 
 
 def nic_capacities_Bps(cluster: Cluster, comm: CommModel | Topology) -> tuple[list[float], float]:

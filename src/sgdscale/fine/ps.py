@@ -154,6 +154,18 @@ def cpu_paces_shard_writes(server_cpu_s_per_byte: float, link_Bps: float) -> boo
 # order still made async worse (8.8% -> 9.7%; `benchmarks/results/reply_order_tuning-with-busy-shard.md`).
 POSTED_ORDER = False
 
+# Whether a shard's transport CPU overlaps the transfer it serves, modelled but not used. On: each
+# copy's receive CPU (`PsPlan.receive_s`) runs on the shard's FIFO as the copy comes in (starting no
+# earlier than the copy's bytes at the shard's downlink rate before its arrival), and a reply starts
+# leaving as the shard starts writing it (its CPU, up to its seconds on the uplink, overlaps its
+# sending). Off: all of it is charged in series with the wire, after the message's last copy. Held-out
+# sets 34 and 36 ran sync PS 19-34% faster than predicted where the shard's CPU binds, and overlapping
+# cut the worst of those misses from -33.6% to -23.3%, but over the kept PS runs of sets 10-36 it made
+# sync PS worse (median error 5.1% -> 5.9%, mean +1.3% -> +3.9%: replays at 1200-1500 Mbit/s moved from
+# within 3% to 6-10% too fast) and async unchanged (9.3%); `benchmarks/receive_overlap_tuning.py`.
+RECEIVE_OVERLAPS_TRANSFER = False
+SEND_OVERLAPS_TRANSFER = False
+
 
 def in_update_order(replies: list[tuple], notice_s: float, post_rank: list[int], update_s: list[float],
                     messages: int) -> list[tuple]:
@@ -264,6 +276,12 @@ class PsRun:
         # per worker and message: seconds its own uplink needs to send it (compute_while_sending)
         self.send_s = [[plan.bytes[m] / push_caps[links.push_pairs[w][plan.shard[m]][0]] for m in range(plan.messages)]
                        for w in range(n)]
+        # per message: the shard's receive CPU of one copy that can run while the copy still arrives
+        # (RECEIVE_OVERLAPS_TRANSFER), at most the copy's seconds on the shard's downlink
+        self.receive_lead_s = [min(plan.receive_s[m], plan.bytes[m] / push_caps[links.push_pairs[0][plan.shard[m]][1]])
+                               if RECEIVE_OVERLAPS_TRANSFER else 0.0 for m in range(plan.messages)]
+        self.send_lead_s = [min(plan.receive_s[m], plan.bytes[m] / pull_caps[links.pull_pairs[plan.shard[m]][0][0]])
+                            if SEND_OVERLAPS_TRANSFER else 0.0 for m in range(plan.messages)]
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
@@ -279,6 +297,8 @@ class PsRun:
         L = len(self.profile.layers)
         need, post_rank, reply_order = plan.need, plan.post_rank, self.reply_order
         msg_bytes, msg_shard, msg_update = plan.bytes, plan.shard, plan.update_s
+        msg_receive = plan.receive_s if RECEIVE_OVERLAPS_TRANSFER else None
+        receive_lead, send_lead = self.receive_lead_s, self.send_lead_s
         rows = self.rows
         scale = [float(x) for x in self.sampler.scale]
         get_tab = self.tables.get
@@ -479,6 +499,13 @@ class PsRun:
                 if early_notice[w][s] != k:  # once this message's update has begun (in_notice_order)
                     nt = bwd_end[w] + alpha_s
                     notice = nt if nt > arrival else arrival
+            if msg_receive is not None:  # this copy's receive CPU, as it comes in (RECEIVE_OVERLAPS_TRANSFER)
+                r = msg_receive[m]
+                st = sfree[s]
+                if st < arrival - receive_lead[m]:
+                    st = arrival - receive_lead[m]
+                sfree[s] = st + r
+                sbusy[s] += r
             if sync:
                 arr = arrivals[k & 1]
                 arr[m] += 1
@@ -488,6 +515,8 @@ class PsRun:
                     return
                 arr[m] = 0
             u = msg_update[m]
+            if msg_receive is not None:
+                u -= msg_receive[m] * (n if sync else 1)
             st = sfree[s]
             if st < arrival:
                 st = arrival
@@ -501,19 +530,20 @@ class PsRun:
             if rec is not None and k in trace_iters:
                 rec.update(s, m, k, st, u, None if sync else w)
             nb = msg_bytes[m]
+            ready = en - send_lead[m] * (n if sync else 1)  # the replies' CPU overlaps their sending
             pcs = pull_conn[s]
             if sync:
                 for w2 in range(n):  # a pull leaves once w2's receive notice of step k is in
                     if notice_k[w2][s] == k:
                         nt = notice_t[w2][s]
-                        pull_send(pcs[w2], nb, en if en > nt else nt, lnow, w2 * M + m, k)
+                        pull_send(pcs[w2], nb, ready if ready > nt else nt, lnow, w2 * M + m, k)
                     else:
-                        held[w2][s].append((nb, en, w2 * M + m, k))
+                        held[w2][s].append((nb, ready, w2 * M + m, k))
             elif notice_k[w][s] == k:
                 nt = notice_t[w][s]
-                pull_send(pcs[w], nb, en if en > nt else nt, lnow, token, k)
+                pull_send(pcs[w], nb, ready if ready > nt else nt, lnow, token, k)
             else:
-                held[w][s].append((nb, en, token, k))
+                held[w][s].append((nb, ready, token, k))
             if notice is not None:
                 notice_in(w, s, k, notice, lnow)
 
