@@ -2,7 +2,7 @@
 
 Held-out set 34's network files (0.21 cores per node) measured 0.51 and 0.66 ns of CPU per byte moved
 point to point, where the sets at 0.23-0.49 cores measured 0.29-0.37; and the shard of set 34's replays
-spent 0.5-0.8 of what that figure charges it (`benchmarks/shard_cpu_heldout34.py`). This runs
+spent 0.5-0.8 of what that figure charges it (`benchmarks/shard_cpu_charge.py`). This runs
 netbench's p2p op alone (validation's sizes, 1 kB-16 MB, 5 repeats) on a fresh 2-node emulated
 cluster per setting, the quotas interleaved over rounds, and prints the fitted CPU per byte, the
 CPU per message and the link's fitted rate. An experiment, not a held-out set.

@@ -5,7 +5,7 @@ Both PS methods charge a shard the measured CPU per byte for every byte in and o
 method charged a copy's receive CPU only once the message's last copy had arrived (in sync PS all N
 copies' worth, after the last one), in series with the wire. Held-out sets 34 and 36 ran sync PS
 19-34% faster than predicted where the shard's CPU binds, and their shards received 0.5-0.8 of the
-CPU the fine method charges them (`benchmarks/shard_cpu_heldout34.py`). Now each copy's receive CPU
+CPU the fine method charges them (`benchmarks/shard_cpu_charge.py`). Now each copy's receive CPU
 runs on the shard as the copy arrives, overlapping its transfer. This re-predicts every kept PS run
 of the named sets (fine method) both ways; nothing is rerun. Every set named here is a tuning set
 for the change.

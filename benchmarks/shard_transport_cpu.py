@@ -3,7 +3,7 @@
 netbench fits the CPU per byte of point-to-point transport from a round trip between two ranks
 (rank 0 sends M, then receives M back; one direction busy at a time), and both PS methods charge
 a shard that figure for every byte in and out. Held-out set 34's shards received 0.5-0.8 of that
-charge (`benchmarks/shard_cpu_heldout34.py`). A shard moves bytes both ways at once: pushes come in
+charge (`benchmarks/shard_cpu_charge.py`). A shard moves bytes both ways at once: pushes come in
 while replies leave. This measures, on a 3-node emulated cluster (gloo, the testbed's shaping and
 quota), the CPU that rank 0 spends per byte it moves in each pattern:
 - `round trip`: netbench's p2p op (rank 0 sends M to rank 1, then receives M from it);

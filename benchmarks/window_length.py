@@ -64,6 +64,7 @@ def main(argv: list[str]) -> int:
             cpu = measurement.environment.cpu or {}
             runs[steps].append({"throughput": measurement.throughput,
                                 "other_load_cores": cpu.get("other_load_cores"),
+                                "nodes": cpu.get("nodes"),
                                 "iteration_s": [w.iteration_s for w in measurement.workers]})
             print(f"round {round_index + 1}/{args.rounds}, {steps} steps: {measurement.throughput:.2f} samples/s",
                   flush=True)
