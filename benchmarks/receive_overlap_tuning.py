@@ -1,17 +1,18 @@
-"""A shard receives each copy as it comes in (sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER), on the
-kept PS runs of earlier sets.
+"""When a shard's transport CPU runs, on the kept PS runs of earlier sets (fine method).
 
 Both PS methods charge a shard the measured CPU per byte for every byte in and out. The fine
-method charged a copy's receive CPU only once the message's last copy had arrived (in sync PS all N
-copies' worth, after the last one), in series with the wire. Held-out sets 34 and 36 ran sync PS
-19-34% faster than predicted where the shard's CPU binds, and their shards received 0.5-0.8 of the
-CPU the fine method charges them (`benchmarks/shard_cpu_charge.py`). Now each copy's receive CPU
-runs on the shard as the copy arrives, overlapping its transfer. This re-predicts every kept PS run
-of the named sets (fine method) both ways; nothing is rerun. Every set named here is a tuning set
-for the change.
+method charges every copy's receive CPU once the message's last copy has arrived (in sync PS all N
+copies' worth, after the last one), and the replies' CPU before they leave: in series with the
+wire. Held-out sets 34 and 36 ran sync PS 19-34% faster than predicted where the shard's CPU binds;
+set 36's shards spent what they are charged (`benchmarks/shard_cpu_charge.py`), so the timing is
+the suspect. Variants (`sgdscale.fine.ps`): `arrival`, each copy's receive CPU charged when it has
+arrived (RECEIVE_ON_ARRIVAL); `receive`, charged while it arrives, overlapping its transfer
+(RECEIVE_OVERLAPS_TRANSFER); `both`, also each reply's CPU beside its sending
+(SEND_OVERLAPS_TRANSFER); `series`, none (as used). This re-predicts every kept PS run of the named
+sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
 
     .venv/bin/python benchmarks/receive_overlap_tuning.py [--sets heldout10,...] [--kind real|replay]
-        [--output NAME]
+        [--strategies ps-sync] [--variants series,arrival,receive,both] [--output NAME]
 
 Raw output: benchmarks/results/receive_overlap_tuning.md (or --output NAME).
 """
@@ -29,22 +30,32 @@ import sgdscale.fine.ps as fine_ps
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(10, 37))
 
 
+def rules(arrival: bool, receive: bool, send: bool):
+    return lambda: mock.patch.multiple(fine_ps, RECEIVE_ON_ARRIVAL=arrival, RECEIVE_OVERLAPS_TRANSFER=receive,
+                                       SEND_OVERLAPS_TRANSFER=send)
+
+
+VARIANTS = {
+    "series": ("transport CPU in series (before)", "in series", rules(False, False, False)),
+    "arrival": ("each copy received on arrival", "receive on arrival", rules(True, False, False)),
+    "receive": ("receive overlaps", "receive overlaps", rules(False, True, False)),
+    "both": ("receive and send overlap", "both overlap", rules(False, True, True)),
+}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default=DEFAULT_SETS)
     parser.add_argument("--kind", default="all", choices=("all", "real", "replay"))
     parser.add_argument("--output", default="receive_overlap_tuning")
+    parser.add_argument("--strategies", default="ps-sync,ps-async")
+    parser.add_argument("--variants", default="series,receive,both", help=f"of {','.join(VARIANTS)}")
     args = parser.parse_args(argv)
-    variants = [("transport CPU in series (before)", "in series",
-                 lambda: mock.patch.multiple(fine_ps, RECEIVE_OVERLAPS_TRANSFER=False, SEND_OVERLAPS_TRANSFER=False)),
-                ("receive overlaps", "receive overlaps",
-                 lambda: mock.patch.multiple(fine_ps, RECEIVE_OVERLAPS_TRANSFER=True, SEND_OVERLAPS_TRANSFER=False)),
-                ("receive and send overlap", "both overlap",
-                 lambda: mock.patch.multiple(fine_ps, RECEIVE_OVERLAPS_TRANSFER=True, SEND_OVERLAPS_TRANSFER=True))]
+    variants = [VARIANTS[name] for name in args.variants.split(",")]
     text = variant_table(argv, "receive_overlap_tuning.py", "A shard receives each copy as it comes in (fine)",
                          "Error of the median prediction against the median measurement, per case, with "
                          "every copy's receive CPU charged after the last copy arrives, and with each copy's "
-                         "charged as it arrives.", args.sets.split(","), {"ps-sync", "ps-async"}, variants,
+                         "charged as it arrives.", args.sets.split(","), set(args.strategies.split(",")), variants,
                          method="fine", kind=args.kind)
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0

@@ -165,6 +165,9 @@ POSTED_ORDER = False
 # within 3% to 6-10% too fast) and async unchanged (9.3%); `benchmarks/receive_overlap_tuning.py`.
 RECEIVE_OVERLAPS_TRANSFER = False
 SEND_OVERLAPS_TRANSFER = False
+# Between the two: each copy's receive CPU runs on the shard's FIFO when the copy has arrived, in
+# series with its own transfer but not held back until the message's last copy (sync PS).
+RECEIVE_ON_ARRIVAL = False
 
 
 def in_update_order(replies: list[tuple], notice_s: float, post_rank: list[int], update_s: list[float],
@@ -297,7 +300,7 @@ class PsRun:
         L = len(self.profile.layers)
         need, post_rank, reply_order = plan.need, plan.post_rank, self.reply_order
         msg_bytes, msg_shard, msg_update = plan.bytes, plan.shard, plan.update_s
-        msg_receive = plan.receive_s if RECEIVE_OVERLAPS_TRANSFER else None
+        msg_receive = plan.receive_s if RECEIVE_OVERLAPS_TRANSFER or RECEIVE_ON_ARRIVAL else None
         receive_lead, send_lead = self.receive_lead_s, self.send_lead_s
         rows = self.rows
         scale = [float(x) for x in self.sampler.scale]
@@ -499,7 +502,7 @@ class PsRun:
                 if early_notice[w][s] != k:  # once this message's update has begun (in_notice_order)
                     nt = bwd_end[w] + alpha_s
                     notice = nt if nt > arrival else arrival
-            if msg_receive is not None:  # this copy's receive CPU, as it comes in (RECEIVE_OVERLAPS_TRANSFER)
+            if msg_receive is not None:  # this copy's receive CPU, as it comes in (RECEIVE_ON_ARRIVAL, ..._OVERLAPS_...)
                 r = msg_receive[m]
                 st = sfree[s]
                 if st < arrival - receive_lead[m]:
