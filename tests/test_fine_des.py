@@ -459,18 +459,21 @@ def test_a_busy_shard_shares_its_uplink_only_where_its_cpu_paces_the_writes():
         assert (run.pull_net.sender_busy_until is not None) == applies
 
 
-@pytest.mark.parametrize("receive, send, step_s", [(False, False, 0.05), (True, False, 0.045), (True, True, 0.04)])
-def test_transport_cpu_in_series_or_overlapping_the_transfer(receive, send, step_s):
+@pytest.mark.parametrize("arrival, receive, send, step_s", [(False, False, False, 0.05), (True, False, False, 0.05),
+                                                           (False, True, False, 0.045), (False, True, True, 0.04)])
+def test_transport_cpu_in_series_or_overlapping_the_transfer(arrival, receive, send, step_s):
     """One worker, async PS, one 1 MB tensor over 100 MB/s links (10 ms each way), a shard that
     spends 5 ns of wall time per byte moved (5 ms to receive it, 5 ms to send the reply): in series
-    the step is 10 + 10 ms compute + 10 ms push + 10 ms of transport CPU + 10 ms pull; the receive
-    overlapping the push saves its 5 ms, the send overlapping the pull saves the other 5 ms
-    (fine_ps.RECEIVE_OVERLAPS_TRANSFER, SEND_OVERLAPS_TRANSFER)."""
+    the step is 10 + 10 ms compute + 10 ms push + 10 ms of transport CPU + 10 ms pull, and the same
+    with the receive charged on arrival (one copy: its last); the receive overlapping the push saves
+    its 5 ms, the send overlapping the pull saves the other 5 ms (fine_ps.RECEIVE_ON_ARRIVAL,
+    RECEIVE_OVERLAPS_TRANSFER, SEND_OVERLAPS_TRANSFER)."""
     layers = [Layer(name="b", forward_s=0.01, backward_s=0.01, params=[ParamTensor(name="b.w", numel=250_000, bytes=1_000_000)])]
     profile = Profile(model="one", batch_size=4, layers=layers, step=StepTimes())
     cluster = Cluster(1, bandwidth_bps=8e8, latency_s=0.0, ps_count=1)
     comm = dataclasses.replace(CommModel.from_link(8e8, 0.0), server_cpu_s_per_byte=5e-9)
-    with mock.patch.multiple(fine_ps, RECEIVE_OVERLAPS_TRANSFER=receive, SEND_OVERLAPS_TRANSFER=send):
+    with mock.patch.multiple(fine_ps, RECEIVE_ON_ARRIVAL=arrival, RECEIVE_OVERLAPS_TRANSFER=receive,
+                             SEND_OVERLAPS_TRANSFER=send):
         out = simulate_ps(profile, cluster, Strategy(kind="ps-async"), comm, iterations=5, warmup=2,
                           variability=False)
     np.testing.assert_allclose(out.iteration_s, step_s, rtol=1e-6)

@@ -225,9 +225,22 @@ def test_sum_of_parts_within_10_percent_of_uninstrumented_step():
 # ----------------------------------------------------------------------------- errors
 
 
+def test_a_minimum_window_measures_more_steps_where_they_are_short():
+    """A profile of 2 steps of a tiny mlp (well under a millisecond each) with a 0.05 s minimum
+    window measures more of them, at most 10x the 2 asked for; the profile says how many and why."""
+    workload = build_workload("mlp", width=8, depth=1)
+    plain = profile_workload(workload, 4, warmup=1, iterations=2, threads=1)
+    assert "measured_iterations" not in plain.provenance
+    windowed = profile_workload(workload, 4, warmup=1, iterations=2, threads=1, min_window_s=0.05)
+    assert windowed.provenance["min_window_s"] == 0.05
+    assert 2 < windowed.provenance["measured_iterations"] <= 20
+    assert len(windowed.layers[0].forward_samples_s) == windowed.provenance["measured_iterations"]
+
+
 def test_zero_batch_size_and_bad_counts_are_user_errors():
     workload = build_workload("mlp", width=8, depth=1)
-    for kwargs in ({"batch_size": 0}, {"batch_size": 4, "iterations": 0}, {"batch_size": 4, "threads": 0}):
+    for kwargs in ({"batch_size": 0}, {"batch_size": 4, "iterations": 0}, {"batch_size": 4, "threads": 0},
+                   {"batch_size": 4, "min_window_s": -1.0}, {"batch_size": 4, "min_window_s": float("nan")}):
         with pytest.raises(UserError):
             profile_workload(workload, **kwargs)
 

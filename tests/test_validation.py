@@ -190,7 +190,7 @@ def test_validate_has_real_settings_for_every_model_it_names():
 def test_short_steps_get_a_window_of_at_least_min_window_seconds():
     """A run measures `iterations` steps (3x for async PS), more where those would last under
     `min_window_s` by the profile's step, at most MAX_WINDOW_FACTOR x `iterations`; 0 keeps the count."""
-    from sgdscale.validation import MAX_WINDOW_FACTOR
+    from sgdscale.window import MAX_WINDOW_FACTOR
 
     fixed = Grid(specs=[ModelSpec("mlp", 32)], workers=[2], bandwidths_bps=[1e9], strategies=["allreduce"],
                  iterations=15)

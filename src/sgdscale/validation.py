@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import statistics
 import sys
 import time
@@ -51,6 +50,7 @@ from typing import Any
 from sgdscale.errors import UserError
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.units import format_bandwidth
+from sgdscale.window import MAX_WINDOW_FACTOR, window_steps
 
 VALIDATION_SCHEMA = "sgdscale.validation/1"
 
@@ -121,8 +121,8 @@ ASYNC_WINDOW_FACTOR = 3
 # within seconds: real cnn (2 workers, all-reduce, 0.40 cores, 0.13 s steps) spread 55.1% over 6
 # interleaved runs of 15 steps and 13.1% over 150 (benchmarks/window_length.py --real, raw
 # benchmarks/results/window_length/cnn-real-allreduce-w2-2800Mbit-q0.4.md). `Grid.min_window_s`
-# lengthens such windows, up to this many times the fixed count.
-MAX_WINDOW_FACTOR = 10
+# lengthens such windows (and the profiles' too), up to sgdscale.window.MAX_WINDOW_FACTOR times the
+# fixed count.
 
 
 @dataclass
@@ -146,9 +146,7 @@ class Grid:
         that many steps of `step_s` (the profile's one-worker step) last under `min_window_s`, up to
         MAX_WINDOW_FACTOR x `iterations`."""
         steps = self.iterations * (ASYNC_WINDOW_FACTOR if strategy == "ps-async" else 1)
-        if self.min_window_s > 0 and step_s and step_s > 0:
-            steps = max(steps, min(math.ceil(self.min_window_s / step_s), self.iterations * MAX_WINDOW_FACTOR))
-        return steps
+        return window_steps(steps, step_s, self.min_window_s, self.iterations * MAX_WINDOW_FACTOR)
 
     def cases(self) -> list[Case]:
         cases = []
@@ -309,7 +307,8 @@ class Validator:
         self.log(f"profiling {spec.label} on one node at {self.grid.cpu_per_node_cores:g} cores"
                  + (f" (round {round_index + 1})" if round_index else ""))
         argv = [sys.executable, "-m", "sgdscale.cli", "profile", spec.model, "-o", str(path), "--threads", "1",
-                "--iterations", str(self.grid.profile_iterations), *spec.cli_args()]
+                "--iterations", str(self.grid.profile_iterations), "--min-window", str(self.grid.min_window_s),
+                *spec.cli_args()]
         with Testbed(1, 1e9, self.grid.cpu_per_node_cores, pin_cpus=self.grid.pin_cpus) as testbed:
             done = testbed.run_on_node(0, argv, timeout_s=1800, env={"OMP_NUM_THREADS": "1"})
         if done.returncode != 0 or not path.exists():

@@ -135,6 +135,10 @@ def _check_output(path: Path) -> None:
 @click.option("--warmup", type=int, default=3, show_default=True, help="Unmeasured steps first.")
 @click.option("--iterations", "-n", type=int, default=10, show_default=True,
               help="Measured steps (as many uninstrumented steps are interleaved).")
+@click.option("--min-window", "min_window_s", type=float, default=0.0, show_default=True, metavar="SECONDS",
+              help="Measure at least this long (instrumented and plain steps together, by the warm-up's "
+                   "step), up to 10x --iterations: on a shared machine whose speed drifts, a longer "
+                   "window gives a steadier profile.")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch intra-op threads.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cuda: times with CUDA events (no synchronization inside the step).")
@@ -153,6 +157,7 @@ def profile_command(
     extra: tuple[str, ...],
     warmup: int,
     iterations: int,
+    min_window_s: float,
     threads: int,
     device: str,
     precision: str,
@@ -187,6 +192,8 @@ def profile_command(
         raise UserError(f"--warmup must be >= 0; got {warmup}")
     if threads < 1:
         raise UserError(f"--threads must be at least 1; got {threads}")
+    if not min_window_s >= 0:
+        raise UserError(f"--min-window must be >= 0 seconds; got {min_window_s}")
     if output is not None:
         _check_output(output)
     options = parse_key_values(extra)
@@ -202,6 +209,7 @@ def profile_command(
     result = profile_workload(
         workload, batch_size, warmup=warmup, iterations=iterations, threads=threads, device=device,
         precision=precision, progress=True, extra_provenance={"command": "sgdscale profile " + model, "seed": seed},
+        min_window_s=min_window_s,
     )
     if output is not None:
         try:

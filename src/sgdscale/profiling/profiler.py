@@ -65,6 +65,7 @@ from sgdscale.profiling._torch_compat import import_torch
 from sgdscale.profiling.counting import METHOD as COUNT_METHOD
 from sgdscale.profiling.counting import StepCounts, count_step
 from sgdscale.profiling.zoo import Workload
+from sgdscale.window import MAX_WINDOW_FACTOR, window_steps
 
 torch = import_torch()
 from torch import nn  # noqa: E402
@@ -279,9 +280,12 @@ def profile_workload(
     progress: bool = False,
     extra_provenance: dict[str, Any] | None = None,
     precision: str = "fp32",
+    min_window_s: float = 0.0,
 ) -> Profile:
     """Profile `iterations` training steps of `workload` (after `warmup` unmeasured ones) with
-    `threads` intra-op threads (None: leave torch's setting) at `precision` and return the Profile."""
+    `threads` intra-op threads (None: leave torch's setting) at `precision` and return the Profile.
+    `min_window_s`: measure more steps where `iterations` of them (and as many plain ones) would
+    last less, by the warm-up's median step, up to MAX_WINDOW_FACTOR x `iterations`."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch size must be a positive integer; got {batch_size!r}")
     if warmup < 0:
@@ -290,6 +294,8 @@ def profile_workload(
         raise UserError(f"iterations must be >= 1; got {iterations}")
     if threads is not None and threads < 1:
         raise UserError(f"threads must be >= 1; got {threads}")
+    if not min_window_s >= 0:
+        raise UserError(f"the minimum window must be >= 0 seconds; got {min_window_s}")
     if not any(p.requires_grad for p in workload.module.parameters()):
         raise UserError(
             f"model {workload.name} has no trainable parameters: there is nothing to train or communicate"
@@ -309,7 +315,8 @@ def profile_workload(
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
     try:
         extra = {"warmup_iterations": warmup, **(extra_provenance or {})}
-        return _run(workload, module, batch_size, warmup, iterations, dev, now, progress, extra, precision, dtype)
+        return _run(workload, module, batch_size, warmup, iterations, dev, now, progress, extra, precision, dtype,
+                    min_window_s)
     finally:
         torch.set_num_threads(previous_threads)
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = previous_tf32
@@ -327,6 +334,7 @@ def _run(
     extra_provenance: dict[str, Any] | None,
     precision: str,
     dtype: Any,
+    min_window_s: float = 0.0,
 ) -> Profile:
     hint = (
         "check the batch size, --image-size / --seq-len, or --input-shape for a user model"
@@ -404,9 +412,19 @@ def _run(
     ddp_pairs = max(10, iterations) if dev.type == "cpu" else 0  # ddp_overhead_s measures on the CPU only
     with bar:
         task = bar.add_task("steps", total=warmup + 2 * iterations + 2 * (ddp_pairs + 2))
-        for _ in range(warmup):
-            step(None)
+        warm = []
+        for _ in range(warmup if warmup or not min_window_s else 1):
+            warm.append(step(None))
             bar.advance(task)
+        if min_window_s > 0:
+            # instrumented and plain steps together make the window; why: sgdscale.window (mlp's
+            # 20-step profiles at 0.40 cores, half a second, gave 18.3-33.8 ms of forward and
+            # backward where its runs moved 3%)
+            iterations = window_steps(iterations, 2.0 * statistics.median(warm), min_window_s,
+                                      MAX_WINDOW_FACTOR * iterations)
+            bar.update(task, total=len(warm) + 2 * iterations + 2 * (ddp_pairs + 2))
+            if extra_provenance is not None:
+                extra_provenance.update(min_window_s=min_window_s, measured_iterations=iterations)
         # Interleave instrumented and plain steps so drift on a shared machine hits both alike.
         for i in range(iterations):
             for instrumented in ((True, False) if i % 2 == 0 else (False, True)):
