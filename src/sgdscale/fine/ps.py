@@ -161,12 +161,14 @@ POSTED_ORDER = False
 # sending). Off: all of it is charged in series with the wire, after the message's last copy. Held-out
 # sets 34 and 36 ran sync PS 19-34% faster than predicted where the shard's CPU binds, and overlapping
 # cut the worst of those misses from -33.6% to -23.3%, but over the kept PS runs of sets 10-36 it made
-# sync PS worse (median error 5.1% -> 5.9%, mean +1.3% -> +3.9%: replays at 1200-1500 Mbit/s moved from
-# within 3% to 6-10% too fast) and async unchanged (9.3%); `benchmarks/receive_overlap_tuning.py`.
+# sync PS worse (median error 5.1% -> 5.9%, mean +1.3% -> +3.9%: sets 14 and 17's ten sync cases, at
+# 1200-1500 Mbit/s, from -1.5%..+5.5% to +0.2%..+10.5%) and left async as it was (9.3%);
+# `benchmarks/receive_overlap_tuning.py`.
 RECEIVE_OVERLAPS_TRANSFER = False
 SEND_OVERLAPS_TRANSFER = False
 # Between the two: each copy's receive CPU runs on the shard's FIFO when the copy has arrived, in
-# series with its own transfer but not held back until the message's last copy (sync PS).
+# series with its own transfer but not held back until the message's last copy (sync PS). Also worse
+# on sets 10-36's sync PS (5.1% -> 5.3%, mean +1.3% -> +2.4%; results/receive_on_arrival_tuning.md).
 RECEIVE_ON_ARRIVAL = False
 
 
