@@ -176,6 +176,21 @@ def test_at_run_speed_scales_the_plain_step_to_the_runs_reference():
     assert scaled.layers[0].forward_s == pytest.approx(1.5 * profile.layers[0].forward_s)
 
 
+def test_at_run_speed_when_batch_creation_outlasts_the_plain_step():
+    """A tiny model's profile under a quota can hold a mean batch creation longer than its median
+    plain step (a CFS throttle met while making a batch): the plain step is then the profile's
+    compute less its batch creation, never a negative step (it failed CI once)."""
+    from sgdscale.profile import load_profile
+    from sgdscale.validation import at_run_speed
+
+    profile = load_profile("mlp")
+    odd = profile.model_copy(update={"step": profile.step.model_copy(
+        update={"data_s": profile.iteration_s.p50 + 0.005})})
+    plain = odd.compute_s - odd.step.data_s
+    scaled = at_run_speed(odd, 2.0 * plain)
+    assert scaled.compute_s == pytest.approx(2.0 * odd.compute_s)
+
+
 def test_validate_has_real_settings_for_every_model_it_names():
     """Held-out set 33 first named real densenet121, which validate then refused at its start."""
     from sgdscale.commands.validate import model_spec

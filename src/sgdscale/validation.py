@@ -199,6 +199,10 @@ def at_run_speed(profile: Any, reference_step_s: float) -> Any:
     from sgdscale.calibrate import to_step_time
 
     plain_s = (profile.iteration_s.p50 if profile.iteration_s else profile.compute_s) - profile.step.data_s
+    if not plain_s > 0:  # a step of a few ms whose batch creation met a throttled CFS period (mean above p50)
+        plain_s = profile.compute_s - profile.step.data_s
+    if not plain_s > 0:
+        return profile
     return to_step_time(profile, profile.compute_s * reference_step_s / plain_s)
 
 
