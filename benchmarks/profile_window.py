@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from core_sharing import MODEL_ARGS
+from repeatability import spread
 
 from sgdscale.profile import load_profile
 from sgdscale.runtime.testbed import Testbed
@@ -44,10 +45,6 @@ def profile_once(testbed: Testbed, model: str, window_s: float, folder: Path) ->
     return {"compute_ms": (profile.forward_s + profile.backward_s) * 1e3,
             "optimizer_ms": profile.step.optimizer_s * 1e3,
             "measured_iterations": profile.provenance.get("measured_iterations", 20)}
-
-
-def spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / statistics.median(values)
 
 
 def main(argv: list[str]) -> int:

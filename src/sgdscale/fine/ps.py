@@ -285,7 +285,11 @@ class PsRun:
         # (RECEIVE_OVERLAPS_TRANSFER), at most the copy's seconds on the shard's downlink
         self.receive_lead_s = [min(plan.receive_s[m], plan.bytes[m] / push_caps[links.push_pairs[0][plan.shard[m]][1]])
                                if RECEIVE_OVERLAPS_TRANSFER else 0.0 for m in range(plan.messages)]
-        self.send_lead_s = [min(plan.receive_s[m], plan.bytes[m] / pull_caps[links.pull_pairs[plan.shard[m]][0][0]])
+        # per message: how much earlier than the update's end its replies leave (SEND_OVERLAPS_TRANSFER):
+        # each reply's CPU, up to its seconds on the shard's uplink, times the replies (N in sync PS)
+        replies = n if sync else 1
+        self.send_lead_s = [replies * min(plan.receive_s[m],
+                                          plan.bytes[m] / pull_caps[links.pull_pairs[plan.shard[m]][0][0]])
                             if SEND_OVERLAPS_TRANSFER else 0.0 for m in range(plan.messages)]
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -535,7 +539,7 @@ class PsRun:
             if rec is not None and k in trace_iters:
                 rec.update(s, m, k, st, u, None if sync else w)
             nb = msg_bytes[m]
-            ready = en - send_lead[m] * (n if sync else 1)  # the replies' CPU overlaps their sending
+            ready = en - send_lead[m]  # the replies' CPU overlaps their sending (0 unless SEND_OVERLAPS_TRANSFER)
             pcs = pull_conn[s]
             if sync:
                 for w2 in range(n):  # a pull leaves once w2's receive notice of step k is in
