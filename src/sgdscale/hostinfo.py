@@ -15,3 +15,32 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_quota(cgroup_file: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup") -> tuple[float, float] | None:
+    """(cores, period seconds) of the CFS bandwidth quota on this process's cgroup (a container's CPU
+    limit, an emulated node's quota), or None where there is none or it cannot be read. cgroup v1
+    (cpu.cfs_quota_us, cpu.cfs_period_us) and v2 (cpu.max); parent groups' limits are not looked at."""
+    from pathlib import Path
+
+    try:
+        lines = Path(cgroup_file).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        try:
+            if controllers == "":  # cgroup v2
+                quota, period = (Path(root) / path.lstrip("/") / "cpu.max").read_text().split()
+            elif "cpu" in controllers.split(","):
+                folder = Path(root) / "cpu" / path.lstrip("/")
+                quota = (folder / "cpu.cfs_quota_us").read_text().strip()
+                period = (folder / "cpu.cfs_period_us").read_text().strip()
+            else:
+                continue
+        except (OSError, ValueError):
+            continue
+        if quota in ("max", "-1") or int(quota) <= 0:
+            return None
+        return int(quota) / int(period), int(period) / 1e6
+    return None

@@ -322,7 +322,7 @@ class Validator:
     def ensure_network(self, bandwidth_bps: float) -> Path:
         """Benchmark p2p, all-reduce and incast for every worker count of the grid on the shaped links."""
         from sgdscale.runtime.netbench import run_netbench
-        from sgdscale.runtime.testbed import Testbed
+        from sgdscale.runtime.testbed import CFS_PERIOD_US, Testbed
 
         path = self.network_path(bandwidth_bps)
         if path.exists():
@@ -337,6 +337,7 @@ class Validator:
                                           f"{self.grid.cpu_per_node_cores:g} cores per node",
                                    environment={"bandwidth_bps": bandwidth_bps,
                                                 "cpu_quota_cores": self.grid.cpu_per_node_cores,
+                                                "cfs_period_s": CFS_PERIOD_US / 1e6,
                                                 "processes": counts,
                                                 "tcp_congestion_control": testbed.tcp_congestion_control})
         write_json_atomic(path, network.to_json())
@@ -397,6 +398,10 @@ class Validator:
         from sgdscale.strategy import Strategy
 
         profile = load_profile(self.ensure_profile(case.spec, round_index))
+        if case.spec.kind == "real" and self.grid.cpu_per_node_cores and "cpu_quota_cores" not in profile.provenance:
+            # made on a node under the grid's quota before profiles recorded it (sgdscale.cpu_quota)
+            profile = profile.model_copy(update={"provenance": {**profile.provenance,
+                                                                "cpu_quota_cores": self.grid.cpu_per_node_cores}})
         network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
         if sleeps(case):

@@ -17,6 +17,7 @@ import numpy as np
 from sgdscale.comm.interference import Interference
 from sgdscale.comm.network import AlphaBeta, Network
 from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
+from sgdscale.cpu_quota import TESTBED_PERIOD_S
 
 ALGORITHMS = ("ring", "tree", "halving-doubling")
 
@@ -73,6 +74,10 @@ class CommModel:
     # Measured wall seconds per byte of copying a gradient on a worker (DDP's bucket copies,
     # sgdscale.bucket_copies; None: not measured, the profile's own memory rate stands in).
     copy_s_per_byte: float | None = None
+    # The CFS quota every node ran under while the network was measured (cores, period seconds; None:
+    # unshaped). Where a profile was made under the same quota, the fine method replays it per node
+    # (sgdscale.cpu_quota): a phase after a wait runs on a fresh budget.
+    node_quota: tuple[float, float] | None = None
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -93,9 +98,12 @@ class CommModel:
         message_cpu = cpu.message_s / cpu.cores if cpu is not None and cpu.message_s and cpu.cores else 0.0
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
         copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
+        quota = None
+        if cpu is not None and cpu.cores and cpu.cores < 1.0:  # files from before it was recorded: the testbed's
+            quota = (float(cpu.cores), float(network.environment.get("cfs_period_s", TESTBED_PERIOD_S)))
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
                    Interference.from_network(network), server_cpu, message_cpu, message_cpu, sigma,
-                   NEWCOMER_SHARE_WEIGHT, copy)
+                   NEWCOMER_SHARE_WEIGHT, copy, quota)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

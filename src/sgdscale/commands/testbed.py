@@ -264,12 +264,12 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
 
         started = time.time()
         if emulate:
-            from sgdscale.runtime.testbed import Testbed
+            from sgdscale.runtime.testbed import CFS_PERIOD_US, Testbed
 
             nodes = max(counts)
             quotas = parse_cpu_quota(cpu_quota, nodes)
             environment = {"mode": "emulated", "nodes": nodes, "bandwidth_bps": rate, "cpu_quota_cores": quotas,
-                           "pin_cpus": pin_cpus}
+                           "cfs_period_s": CFS_PERIOD_US / 1e6, "pin_cpus": pin_cpus}
             progress.update(task, description=f"netbench on {nodes} emulated nodes at {format_bandwidth(rate)}")
             with Testbed(nodes, rate, quotas, pin_cpus=pin_cpus) as bed:
                 environment["tbf"] = {"burst_bytes": bed.tbf.burst_bytes, "limit_bytes": bed.tbf.limit_bytes}

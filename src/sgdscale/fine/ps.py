@@ -79,6 +79,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
 from sgdscale.comm.sharing import simulated_weight_sigma
 from sgdscale.comm.topology import Topology
+from sgdscale.cpu_quota import node_clocks, profiled_quota
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
 from sgdscale.fine.events import PULL_KINDS, PUSH_KINDS, EventQueue, Kind
@@ -291,6 +292,12 @@ class PsRun:
         self.send_lead_s = [replies * min(plan.receive_s[m],
                                           plan.bytes[m] / pull_caps[links.pull_pairs[plan.shard[m]][0][0]])
                             if SEND_OVERLAPS_TRANSFER else 0.0 for m in range(plan.messages)]
+        # Per node, its CPU quota replayed (sgdscale.cpu_quota; None: compute takes its profiled time)
+        quota = profiled_quota(profile, topology.nic)
+        if cluster.gpus_per_node > 1 or topology.ps_placement != "dedicated":
+            quota = None  # nodes that several workers or a worker and a shard share: not modelled
+        self.worker_clocks = node_clocks(quota, n)
+        self.shard_clocks = node_clocks(quota, shards, first_node=n)
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
@@ -320,6 +327,7 @@ class PsRun:
         seq = self.q.seq
         heappush, heappop = heapq.heappush, heapq.heappop
         rec = self.recorder
+        wclocks, sclocks = self.worker_clocks, self.shard_clocks
         trace_workers = rec.workers if rec is not None else set()
         trace_iters = rec.iterations if rec is not None else set()
         PUSH_DONE, PUSH_RELEASE = int(Kind.PUSH_DONE), int(Kind.PUSH_RELEASE)
@@ -393,7 +401,9 @@ class PsRun:
             j0 = nxt[w]
             j = j0
             t0 = t
-            t += extra
+            clock = wclocks[w] if wclocks is not None else None
+            t = t + extra if clock is None else clock.run(t, extra)
+            comp = t - t0
             if k > 0:
                 hv = have[w]
                 ht = have_t[w]
@@ -412,12 +422,19 @@ class PsRun:
                     if r > t:
                         blocked[w] += r - t
                         t = r
-                    t += cf[j + 1] - cf[j]
+                    if clock is None:
+                        t += cf[j + 1] - cf[j]
+                        comp += cf[j + 1] - cf[j]
+                    else:
+                        began = t
+                        t = clock.run(t, cf[j + 1] - cf[j])
+                        comp += t - began
                     j += 1
             else:
-                t += cf[L] - cf[j]
+                began = t
+                t = t + cf[L] - cf[j] if clock is None else clock.run(t, cf[L] - cf[j])
+                comp += t - began
                 j = L
-            comp = extra + cf[j] - cf[j0]
             nxt[w] = j
             if j == L:
                 _, _, bwd, rel, _, _, order = tab[w]
@@ -428,6 +445,11 @@ class PsRun:
                     handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w], kc)
                     if order:
                         up_free[w] = sent[order[-1]]
+                if clock is not None:  # the same work on the node's CPU budget: hand-overs move with it
+                    marks = clock.run_marks(t, ([x for x in rel] if handed is None else [h - t for h in handed])
+                                            + [t_end - t])
+                    t_end = marks.pop()
+                    handed = marks
                 bwd_end[w] = t_end
                 step_bwd[w] = t_end - t
             if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
@@ -529,7 +551,11 @@ class PsRun:
             st = sfree[s]
             if st < arrival:
                 st = arrival
-            en = st + u
+            if sclocks is None:
+                en = st + u
+            else:
+                en = sclocks[s].run(st, u)
+                u = en - st
             sfree[s] = en
             if busy_until is not None:
                 for link in shard_up[s]:

@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 from sgdscale import __version__
 from sgdscale.errors import UserError
-from sgdscale.hostinfo import cpu_model
+from sgdscale.hostinfo import cpu_model, cpu_quota
 from sgdscale.profile import (
     PROFILE_SCHEMA,
     Framework,
@@ -653,6 +653,9 @@ def _build_profile(
         "backward_order_is_reverse_forward": typical_order == reverse_forward,
         "backward_order_stable": len(set(backward_orders)) <= 1,
     }
+    quota = cpu_quota()
+    if quota is not None and dev.type == "cpu":  # times carry the quota's throttling (sgdscale.cpu_quota)
+        provenance["cpu_quota_cores"], provenance["cfs_period_s"] = quota
     if extra_provenance:
         provenance.update(extra_provenance)
     return Profile.model_validate(
