@@ -5,7 +5,8 @@ throttling (c CPU-seconds timed at about c / q). A worker or shard that waits fo
 starts its next phase on a fresh period's budget and runs it at a full core's speed until that is
 spent (`benchmarks/cfs_idle_speed.py` measures it). `sgdscale.cpu_quota.QuotaClock` replays each
 node's budget where the profile was made under the nodes' quota (real-compute cases; a replay's
-sleeps take no CPU). This re-predicts every kept real run of the named sets with the clock and
+sleeps take no CPU), and optionally also charges a PS worker's own transport CPU (receiving its
+pulls, sending its pushes) to its budget (`cpu_quota.WORKER_TRANSPORT_ON_BUDGET`). This re-predicts every kept real run of the named sets with the clock and
 without it; nothing is rerun. Every set named here is a tuning set for it.
 
     .venv/bin/python benchmarks/quota_clock_tuning.py [--sets heldout10,...]
@@ -27,8 +28,8 @@ import sgdscale.cpu_quota as cpu_quota
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(10, 38))
 
 
-def replayed(on: bool):
-    return lambda: mock.patch.object(cpu_quota, "REPLAYED", on)
+def replayed(on: bool, transport: bool = False):
+    return lambda: mock.patch.multiple(cpu_quota, REPLAYED=on, WORKER_TRANSPORT_ON_BUDGET=transport)
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--strategies", default="ps-sync,ps-async")
     args = parser.parse_args(argv)
     variants = [("profiled times (before)", "profiled times", replayed(False)),
-                ("quota replayed per node", "quota replayed", replayed(True))]
+                ("quota replayed per node", "quota replayed", replayed(True)),
+                ("replayed, worker transport on budget", "replayed with transport", replayed(True, True))]
     text = variant_table(argv, "quota_clock_tuning.py", "The CPU quota replayed per node (fine)",
                          "Error of the median prediction against the median measurement, per real case, with "
                          "compute taking its profiled (back-to-back, throttled) time, and with each node's CFS "

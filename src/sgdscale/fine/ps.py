@@ -79,6 +79,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
 from sgdscale.comm.sharing import simulated_weight_sigma
 from sgdscale.comm.topology import Topology
+from sgdscale import cpu_quota
 from sgdscale.cpu_quota import node_clocks, profiled_quota
 from sgdscale.fine import check_step_counts
 from sgdscale.fine.dag import PsPlan, ps_plan
@@ -297,6 +298,18 @@ class PsRun:
         if cluster.gpus_per_node > 1 or topology.ps_placement != "dedicated":
             quota = None  # nodes that several workers or a worker and a shard share: not modelled
         self.worker_clocks = node_clocks(quota, n)
+        # per layer: wall seconds of the worker's budget to receive the pulls it first needs there,
+        # and per step to send its pushes (cpu_quota.WORKER_TRANSPORT_ON_BUDGET)
+        byte_s = topology.nic.server_cpu_s_per_byte if quota is not None and cpu_quota.WORKER_TRANSPORT_ON_BUDGET else 0.0
+        first_need = [0.0] * len(profile.layers)
+        seen: set[int] = set()
+        for j, messages in enumerate(plan.need):
+            for m in messages:
+                if m not in seen:
+                    seen.add(m)
+                    first_need[j] += plan.bytes[m] * byte_s
+        self.receive_budget_s = first_need if byte_s else None
+        self.send_budget_s = sum(plan.bytes) * byte_s
         self.shard_clocks = node_clocks(quota, shards, first_node=n)
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
@@ -328,6 +341,7 @@ class PsRun:
         heappush, heappop = heapq.heappush, heapq.heappop
         rec = self.recorder
         wclocks, sclocks = self.worker_clocks, self.shard_clocks
+        receive_budget, send_budget = self.receive_budget_s, self.send_budget_s
         trace_workers = rec.workers if rec is not None else set()
         trace_iters = rec.iterations if rec is not None else set()
         PUSH_DONE, PUSH_RELEASE = int(Kind.PUSH_DONE), int(Kind.PUSH_RELEASE)
@@ -422,6 +436,13 @@ class PsRun:
                     if r > t:
                         blocked[w] += r - t
                         t = r
+                    if receive_budget is not None and receive_budget[j] > 0.0:  # as the pulls came in
+                        cost = receive_budget[j]
+                        start = r - cost
+                        received = clock.run(clock.free_s if clock.free_s > start else start, cost)
+                        if received > t:
+                            blocked[w] += received - t
+                            t = received
                     if clock is None:
                         t += cf[j + 1] - cf[j]
                         comp += cf[j + 1] - cf[j]
@@ -450,6 +471,8 @@ class PsRun:
                                             + [t_end - t])
                     t_end = marks.pop()
                     handed = marks
+                    if send_budget:  # the pushes leave after backward hands them over
+                        clock.run(t_end, send_budget)
                 bwd_end[w] = t_end
                 step_bwd[w] = t_end - t
             if rec is not None and w in trace_workers and k in trace_iters and (comp > 0 or j == L):
