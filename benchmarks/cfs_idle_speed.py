@@ -14,6 +14,7 @@ CPU per period).
 
     .venv/bin/python benchmarks/cfs_idle_speed.py [--models mlp,cnn] [--quota 0.4]
         [--idle-ms 0,5,20,50] [--steps 60] [--rounds 4] [--name NAME]
+    .venv/bin/python benchmarks/cfs_idle_speed.py --report NAME   (the tables again, from the kept JSON)
 
 Raw output: benchmarks/results/cfs_idle_speed/NAME.{json,md}.
 """
@@ -121,7 +122,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=60, help="steps per idle setting per round")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--name", default=None)
+    parser.add_argument("--report", default=None, metavar="NAME", help="rewrite NAME.md from NAME.json; no runs")
     args = parser.parse_args(argv)
+    if args.report:
+        kept = json.loads((OUT / f"{args.report}.json").read_text())
+        write_report(args.report, argparse.Namespace(**kept["args"]), kept["results"], kept.get("command", ""),
+                     kept.get("seconds", 0.0))
+        return 0
     models, idle_ms = args.models.split(","), [float(i) for i in args.idle_ms.split(",")]
     name = args.name or f"{'-'.join(models)}-q{args.quota:g}"
     began = time.time()
@@ -135,15 +142,25 @@ def main(argv: list[str]) -> int:
                 raise SystemExit(f"{model} failed on the node:\n{done.stderr[-2000:]}")
             results[model] = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{model}: done", flush=True)
+    seconds = time.time() - began
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps({"args": vars(args), "results": results, "command": " ".join(argv),
+                                                  "seconds": seconds}) + "\n")
+    write_report(name, args, results, " ".join(argv), seconds)
+    return 0
+
+
+def write_report(name: str, args: argparse.Namespace, results: dict, command: str, seconds: float) -> None:
+    models, idle_ms = args.models.split(","), [float(i) for i in args.idle_ms.split(",")]
     lines = [f"# Compute speed after idle on a quota node: {name}", "",
-             f"`benchmarks/cfs_idle_speed.py {' '.join(argv)}` ({time.time() - began:.0f} s in all; one node at "
+             f"`benchmarks/cfs_idle_speed.py {command}` ({seconds:.0f} s in all; one node at "
              f"{args.quota:g} cores, CFS period {CFS_PERIOD_US / 1e3:g} ms; idle settings interleaved by round, "
              f"{args.steps} steps each per round, {args.rounds} rounds). Means per step, ms. 'As profiled' is the CPU "
              "divided by the quota, what a profile's back-to-back steps take; 'CFS simulation' replays the measured "
              "CPU of every phase and the sleeps against the quota's 10 ms periods.", "",
-             "| model | idle before each step | forward+backward CPU | wall measured | CPU / quota | CFS simulation "
-             "| optimizer CPU | wall measured | CPU / quota | CFS simulation |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | idle before each step | forward+backward CPU | wall measured | per round | CPU / quota "
+             "| CFS simulation | optimizer CPU | wall measured | CPU / quota | CFS simulation |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for model in models:
         # the simulation replays the loop in the order it ran: every setting's records, round by round
         for idle in idle_ms:
@@ -153,14 +170,14 @@ def main(argv: list[str]) -> int:
             cpu_o = statistics.fmean(r["optimizer_cpu_s"] for r in recs)
             wall_c = statistics.fmean(r["compute_wall_s"] for r in recs)
             wall_o = statistics.fmean(r["optimizer_wall_s"] for r in recs)
-            lines.append(f"| {model} | {idle:g} ms | {cpu_c * 1e3:.2f} | {wall_c * 1e3:.2f} | {cpu_c / args.quota * 1e3:.2f} "
+            per_round = [statistics.fmean(r["compute_wall_s"] for r in recs[i * args.steps:(i + 1) * args.steps])
+                         for i in range(args.rounds)]
+            lines.append(f"| {model} | {idle:g} ms | {cpu_c * 1e3:.2f} | {wall_c * 1e3:.2f} | "
+                         f"{', '.join(f'{w * 1e3:.1f}' for w in per_round)} | {cpu_c / args.quota * 1e3:.2f} "
                          f"| {sim_compute * 1e3:.2f} | {cpu_o * 1e3:.2f} | {wall_o * 1e3:.2f} "
                          f"| {cpu_o / args.quota * 1e3:.2f} | {sim_opt * 1e3:.2f} |")
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"{name}.json").write_text(json.dumps({"args": vars(args), "results": results}) + "\n")
     (OUT / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":
