@@ -8,9 +8,9 @@ period boundary whether it was used or not: a short phase after a wait can run a
 speed. This trains a model on one node under the quota, each step preceded by a sleep of IDLE ms
 (0 = back to back, as a profile), interleaving the idle settings by round, and reports per setting
 the mean wall time of forward + backward and of the optimizer step, and their CPU time
-(`time.thread_time`), beside what a CFS simulation of the same loop gives (`cfs_wall_s`: the
-measured CPU of each phase, the measured sleeps, period boundaries every 10 ms, quota x period of
-CPU per period).
+(`time.thread_time`), beside what the predictors' CFS replay (`sgdscale.cpu_quota.QuotaClock`)
+gives for the same loop: the measured CPU of each phase, the measured sleeps, period boundaries
+every 10 ms, quota x period of CPU per period.
 
     .venv/bin/python benchmarks/cfs_idle_speed.py [--models mlp,cnn] [--quota 0.4]
         [--idle-ms 0,5,20,50] [--steps 60] [--rounds 4] [--name NAME]
@@ -31,6 +31,7 @@ from pathlib import Path
 
 from core_sharing import MODEL_ARGS
 
+from sgdscale.cpu_quota import QuotaClock
 from sgdscale.runtime.testbed import CFS_PERIOD_US, Testbed
 
 OUT = Path(__file__).resolve().parent / "results" / "cfs_idle_speed"
@@ -77,37 +78,17 @@ def on_node(model: str, model_args: list[str], idle_ms: list[float], steps: int,
     return records
 
 
-def cfs_wall_s(phases: list[tuple[float, float]], quota_cores: float, period_s: float) -> list[float]:
-    """Wall seconds of each CPU phase of a loop of (sleep seconds, CPU seconds) pairs on a node with
-    `quota_cores` x `period_s` of CPU per period, refilled at every boundary (the loop starts at a
-    boundary; a sleep spends none)."""
-    budget_s = quota_cores * period_s
-    now, walls = 0.0, []
-    period_end, left = period_s, budget_s
-    for sleep_s, cpu_s in phases:
-        now += sleep_s
-        while now >= period_end:  # boundaries passed while asleep
-            period_end += period_s
-            left = budget_s
-        began, need = now, cpu_s
-        while need > 1e-12:
-            run = min(need, left, period_end - now)
-            now, need, left = now + run, need - run, left - run
-            if need > 1e-12 and (left <= 1e-12 or now >= period_end - 1e-12):
-                now = max(now, period_end)  # throttled (or at the boundary): wait for the refill
-                period_end += period_s
-                left = budget_s
-        walls.append(now - began)
-    return walls
-
-
 def simulated(records: list[dict], quota: float) -> tuple[float, float]:
     """Mean simulated wall of forward+backward and of the optimizer, from the measured CPU of each phase."""
-    phases = []
+    clock = QuotaClock(quota, CFS_PERIOD_US / 1e6)  # the loop starts at a period boundary
+    now, compute, optimizer = 0.0, [], []
     for r in records:
-        phases += [(r["idle_s"], r["compute_cpu_s"]), (0.0, r["optimizer_cpu_s"])]
-    walls = cfs_wall_s(phases, quota, CFS_PERIOD_US / 1e6)
-    return statistics.fmean(walls[0::2]), statistics.fmean(walls[1::2])
+        began = now + r["idle_s"]
+        now = clock.run(began, r["compute_cpu_s"] / quota)
+        compute.append(now - began)
+        began, now = now, clock.run(now, r["optimizer_cpu_s"] / quota)
+        optimizer.append(now - began)
+    return statistics.fmean(compute), statistics.fmean(optimizer)
 
 
 def main(argv: list[str]) -> int:

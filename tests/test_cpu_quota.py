@@ -30,6 +30,12 @@ def test_a_phase_begun_late_in_a_period_loses_what_the_period_had_left():
     assert clock.run(0.008, 0.0175) == pytest.approx(0.021)
 
 
+def test_a_phase_waits_for_the_nodes_previous_one():
+    clock = QuotaClock(0.4, 0.010)
+    assert clock.run(0.0, 0.005) == pytest.approx(0.002)
+    assert clock.run(0.001, 0.005) == pytest.approx(0.004)  # begins at 2 ms, not 1: one budget at a time
+
+
 def test_back_to_back_phases_take_their_profiled_time_on_average():
     clock = QuotaClock(0.4, 0.010, phase_s=0.0037)
     rng = np.random.default_rng(0)

@@ -467,7 +467,7 @@ class PsRun:
                     if order:
                         up_free[w] = sent[order[-1]]
                 if clock is not None:  # the same work on the node's CPU budget: hand-overs move with it
-                    marks = clock.run_marks(t, ([x for x in rel] if handed is None else [h - t for h in handed])
+                    marks = clock.run_marks(t, (list(rel) if handed is None else [h - t for h in handed])
                                             + [t_end - t])
                     t_end = marks.pop()
                     handed = marks
