@@ -57,10 +57,6 @@ class QuotaClock:
         self.left_s = self.budget_s
         self.free_s = 0.0  # when the last phase ended
 
-    @property
-    def throttles(self) -> bool:
-        return self.quota < 1.0
-
     def run(self, start_s: float, saturated_s: float) -> float:
         """When a phase that a profile under this quota timed at `saturated_s` ends, begun at `start_s`
         or when the node's previous phase ended, whichever is later (one budget, one phase at a time)."""
@@ -108,11 +104,11 @@ def profiled_quota(profile, comm) -> tuple[float, float] | None:
     from a network file measured under it) is the one the profile's times were taken under (its
     provenance's `cpu_quota_cores`); None otherwise: times from elsewhere do not say how much CPU
     they hold, and a replay's sleeps take none."""
-    nodes = getattr(comm, "node_quota", None)
     if not REPLAYED:
         return None
+    nodes = getattr(comm, "node_quota", None)
     profiled = (profile.provenance or {}).get("cpu_quota_cores")
-    if nodes is None or profiled is None or abs(float(profiled) - nodes[0]) > 1e-6 or nodes[0] >= 1.0:
+    if nodes is None or profiled is None or abs(float(profiled) - nodes[0]) > 1e-6:
         return None
     return nodes
 

@@ -436,17 +436,14 @@ class PsRun:
                     if r > t:
                         blocked[w] += r - t
                         t = r
-                    if receive_budget is not None and receive_budget[j] > 0.0:  # as the pulls came in
-                        cost = receive_budget[j]
-                        start = r - cost
-                        received = clock.run(clock.free_s if clock.free_s > start else start, cost)
-                        if received > t:
-                            blocked[w] += received - t
-                            t = received
                     if clock is None:
                         t += cf[j + 1] - cf[j]
-                        comp += cf[j + 1] - cf[j]
                     else:
+                        if receive_budget is not None and receive_budget[j] > 0.0:  # as the pulls came in
+                            received = clock.run(r - receive_budget[j], receive_budget[j])
+                            if received > t:
+                                blocked[w] += received - t
+                                t = received
                         began = t
                         t = clock.run(t, cf[j + 1] - cf[j])
                         comp += t - began
@@ -456,6 +453,8 @@ class PsRun:
                 t = t + cf[L] - cf[j] if clock is None else clock.run(t, cf[L] - cf[j])
                 comp += t - began
                 j = L
+            if clock is None:
+                comp = extra + cf[j] - cf[j0]
             nxt[w] = j
             if j == L:
                 _, _, bwd, rel, _, _, order = tab[w]
