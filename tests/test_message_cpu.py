@@ -120,3 +120,62 @@ def test_a_cpu_budget_without_a_measured_message_cost_takes_the_typical_one_and_
     assert any("typical figure" in note and "parameter-server messages" in note for note in notes)
     comm, notes = node_model(nominal, link_bps=1e9)  # no budget: nothing to charge against
     assert comm.server_cpu_s_per_message == 0.0 and comm.worker_cpu_s_per_message == 0.0
+
+
+def test_a_message_pays_a_wakeup_in_proportion_to_its_gap_up_to_the_spacing():
+    from sgdscale.message_cpu import WAKEUP_SPACING_S, wakeup_weights
+
+    gaps = [0.0, 0.25 * WAKEUP_SPACING_S, 1.5 * WAKEUP_SPACING_S, 0.05 * WAKEUP_SPACING_S]
+    ready = [sum(gaps[:k + 1]) for k in range(len(gaps))]
+    assert wakeup_weights(ready) == pytest.approx([1.0, 0.25, 1.0, 0.05])  # the first always wakes
+    assert wakeup_weights([]) == []
+
+
+def test_wakeups_are_charged_by_the_gaps_between_gradients_becoming_ready():
+    from sgdscale.message_cpu import wakeup_weights
+
+    profile = load_profile("mobilenet_v2")
+    burst, wake = 1e-5, 2e-4
+    charged = with_message_cpu(profile, burst, wake)
+    order = sorted(t.grad_ready_s for t in profile.tensors)
+    weights = wakeup_weights(order)
+    # 158 tensors, many ready together: far fewer than 158 whole wake-ups, but at least one
+    assert 1.0 <= sum(weights) < 0.5 * len(order)
+    added = len(order) * burst + wake * sum(weights)
+    assert sum(layer.backward_s for layer in charged.layers) == pytest.approx(
+        sum(layer.backward_s for layer in profile.layers) + added)
+    assert sum(layer.forward_s for layer in charged.layers) == pytest.approx(
+        sum(layer.forward_s for layer in profile.layers) + added)  # pulls come back spaced as pushes left
+    after = sorted(t.grad_ready_s for t in charged.tensors)
+    paid = [sum(burst + wake * w for w in weights[:k + 1]) for k in range(len(order))]
+    assert [b - a for a, b in zip(order, after)] == pytest.approx(paid)
+    assert with_message_cpu(profile, burst) is not charged and with_message_cpu(profile, burst, wake) is charged
+
+
+def test_netbench_wakeup_is_the_alone_median_over_the_burst_median_never_negative():
+    from sgdscale.runtime.netbench import message_wakeup_from_results
+
+    results = [{"rank": 0, "message_cpu_s": {"send": [3e-5], "receive": [3e-5], "send_alone": [1e-4, 1.2e-4],
+                                             "receive_alone": [9e-5]}},
+               {"rank": 1, "message_cpu_s": {"send": [3e-5], "receive": [3e-5], "receive_alone": [1.1e-4]}}]
+    assert message_cpu_from_results(results) == pytest.approx(3e-5)  # the burst figure ignores the alone samples
+    assert message_wakeup_from_results(results) == pytest.approx(1.05e-4 - 3e-5)
+    cheaper = [{"rank": 0, "message_cpu_s": {"send": [5e-5], "send_alone": [4e-5]}}]
+    assert message_wakeup_from_results(cheaper) == 0.0
+    assert message_wakeup_from_results([{"rank": 0, "message_cpu_s": {"send": [5e-5]}}]) is None  # older files
+
+
+def test_wakeup_cost_is_the_measured_cpu_over_the_cores_and_only_the_workers_pay_it():
+    from sgdscale.comm.interference import TYPICAL_CPU_S_PER_WAKEUP, node_model
+
+    measured = Network(p2p=AlphaBeta(alpha_s=1e-4, beta_s_per_byte=8e-10), allreduce={}, points=[],
+                       cpu=CpuCost(message_s=30e-6, message_wakeup_s=80e-6, cores=0.4))
+    comm = CommModel.from_network(measured)
+    assert comm.worker_cpu_s_per_wakeup == pytest.approx(2e-4)
+    assert comm.server_cpu_s_per_message == pytest.approx(75e-6)
+    assert CommModel.from_network(network(28e-6, 0.28)).worker_cpu_s_per_wakeup == 0.0  # not measured: none
+    budget, notes = node_model(CommModel.from_link(1e9, 1e-4), link_bps=1e9, cpu_cores=0.5)
+    assert budget.worker_cpu_s_per_wakeup == pytest.approx(TYPICAL_CPU_S_PER_WAKEUP / 0.5)
+    assert any("more when it leaves alone" in note for note in notes)
+    rescaled, _ = node_model(comm, network=measured, link_bps=1e9, cpu_cores=0.8)
+    assert rescaled.worker_cpu_s_per_wakeup == pytest.approx(1e-4)

@@ -13,6 +13,15 @@ Why it matters: a many-tensor model's PS workers spend more CPU per step than th
 and 316 messages per step at 28 us are 8.8 ms of it, about as much as its 14 MB cost a worker per
 byte pushed and pulled (0.29 ns per byte: 8.1 ms).
 
+Alone, a message costs more: netbench's burst shares gloo's wake-ups, but in a step a worker's
+pushes leave one at a time as backward makes gradients ready, each waking gloo's thread on caches the
+compute has cooled. `benchmarks/message_spacing_cpu.py` (0.40 cores): a sender's CPU per message 43 us
+in a burst, 64 us 0.5 ms apart, 113 us 2 ms apart; a receiver's 43 -> 117 us. `benchmarks/
+worker_cpu_threads.py` found real cnn PS workers' main threads spending their plain step's CPU while
+gloo's thread added 3-8 ms a step for 28 messages (0.76 MB). netbench measures the extra as
+`CpuCost.message_wakeup_s` (messages alone, after compute); a worker's k-th push pays
+message_s + wakeup_s * min(1, gap_k / WAKEUP_SPACING_S) (`wakeup_weights`), its pull the same.
+
 Where it goes:
 - a worker: each tensor's push runs on backward's thread right after the tensor is ready (the
   gradient hook calls isend), so its layer's backward grows by one message and every later tensor
@@ -34,17 +43,36 @@ from sgdscale.placement import place_tensors
 from sgdscale.profile import Profile
 from sgdscale.strategy import Strategy
 
+# How far apart two messages must leave for the second to pay a whole wake-up of its own: the CPU per
+# message rises from netbench's burst figure to its spaced one over 0-2 ms of compute between
+# messages (benchmarks/message_spacing_cpu.py: sender 43 -> 64 -> 74 -> 113 us at 0, 0.5, 1, 2 ms).
+WAKEUP_SPACING_S = 2.0e-3
 
-def with_message_cpu(profile: Profile, s_per_message: float) -> Profile:
+
+def with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float = 0.0) -> Profile:
     """The profile with one message's CPU added per tensor to its layer's backward (the push, which
-    also makes every later tensor ready later) and forward (the pull); unchanged for 0."""
-    if s_per_message <= 0 or not computes_on_cpu(profile):
+    also makes every later tensor ready later) and forward (the pull); unchanged for 0.
+    `s_per_wakeup`: what a message costs on top when it comes alone, a gap after the previous one
+    (`wakeup_weights`); pulls are taken to come back spaced as the pushes left."""
+    if (s_per_message <= 0 and s_per_wakeup <= 0) or not computes_on_cpu(profile):
         return profile
     # Cached on the (immutable) profile like bucket_copies.with_copy_in: sweeps predict it thousands of times.
     cache = profile.__dict__.setdefault("_with_message_cpu", {})
-    if s_per_message not in cache:
-        cache[s_per_message] = _with_message_cpu(profile, s_per_message)
-    return cache[s_per_message]
+    key = (s_per_message, s_per_wakeup)
+    if key not in cache:
+        cache[key] = _with_message_cpu(profile, s_per_message, s_per_wakeup)
+    return cache[key]
+
+
+def wakeup_weights(ready_s: list[float]) -> list[float]:
+    """Per message, in the order the messages leave, how much of a wake-up it pays: min(1, gap /
+    WAKEUP_SPACING_S) after the previous message (the first pays a whole one). Messages close
+    together share gloo's wake-ups, as in netbench's burst; one alone pays its own."""
+    weights, previous = [], None
+    for ready in ready_s:
+        weights.append(1.0 if previous is None else min(1.0, max(0.0, ready - previous) / WAKEUP_SPACING_S))
+        previous = ready
+    return weights
 
 
 def computes_on_cpu(profile: Profile) -> bool:
@@ -52,13 +80,18 @@ def computes_on_cpu(profile: Profile) -> bool:
     return not profile.device or profile.device.lower().startswith("cpu")
 
 
-def _with_message_cpu(profile: Profile, s_per_message: float) -> Profile:
+def _with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float) -> Profile:
     order = sorted((t.grad_ready_s, li, ti) for li, layer in enumerate(profile.layers)
                    for ti, t in enumerate(layer.params) if t.grad_ready_s is not None)
-    shifted = {(li, ti): ready_s + s_per_message * (k + 1) for k, (ready_s, li, ti) in enumerate(order)}
+    weights = wakeup_weights([ready for ready, _, _ in order])
+    cost = {(li, ti): s_per_message + s_per_wakeup * w for (_, li, ti), w in zip(order, weights)}
+    shifted, paid = {}, 0.0
+    for ready_s, li, ti in order:
+        paid += cost[li, ti]
+        shifted[li, ti] = ready_s + paid
     layers = []
     for li, layer in enumerate(profile.layers):
-        extra_s = s_per_message * len(layer.params)
+        extra_s = sum(cost.get((li, ti), s_per_message + s_per_wakeup) for ti in range(len(layer.params)))
         if extra_s == 0:
             layers.append(layer)
             continue

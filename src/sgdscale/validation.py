@@ -386,7 +386,7 @@ class Validator:
             budget, _ = node_model(nominal, network=None, link_bps=case.bandwidth_bps,
                                    cpu_cores=self.grid.cpu_per_node_cores)
             if sleeps(case):
-                budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0)
+                budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0, worker_cpu_s_per_wakeup=0.0)
             models["budget"] = budget
         return cluster, models
 
@@ -405,7 +405,8 @@ class Validator:
         network = load_network(self.ensure_network(case.bandwidth_bps))
         comm = CommModel.from_network(network)
         if sleeps(case):
-            comm = dataclasses.replace(comm, interference=None, worker_cpu_s_per_message=0.0)
+            comm = dataclasses.replace(comm, interference=None, worker_cpu_s_per_message=0.0,
+                                       worker_cpu_s_per_wakeup=0.0)
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         variability = case.spec.kind != "replay"  # a replay spends the profiled means
         return profile, cluster, Strategy(kind=case.strategy), comm, variability

@@ -190,7 +190,8 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     """
     n = cluster.workers
     scales = worker_scales(cluster)
-    profile = with_message_cpu(profile, Topology.of(cluster, comm, strategy).nic.worker_cpu_s_per_message)
+    nic = Topology.of(cluster, comm, strategy).nic
+    profile = with_message_cpu(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
     costs = _ServerCosts(profile, cluster, strategy, comm)
     pre_max = pre_barrier_max(profile, cluster, variability)
 
@@ -284,7 +285,8 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     """
     n = cluster.workers
     scales = worker_scales(cluster)
-    profile = with_message_cpu(profile, Topology.of(cluster, comm, strategy).nic.worker_cpu_s_per_message)
+    nic = Topology.of(cluster, comm, strategy).nic
+    profile = with_message_cpu(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
     costs = _ServerCosts(profile, cluster, strategy, comm)
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean

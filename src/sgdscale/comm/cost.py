@@ -78,6 +78,9 @@ class CommModel:
     # unshaped). Where a profile was made under the same quota, the fine method replays it per node
     # (sgdscale.cpu_quota): a phase after a wait runs on a fresh budget.
     node_quota: tuple[float, float] | None = None
+    # Wall seconds of a PS worker's budget a message costs on top when it leaves a gap after the
+    # previous one (a thread wake-up and cold caches, sgdscale.message_cpu.wakeup_weights; 0: none).
+    worker_cpu_s_per_wakeup: float = 0.0
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -96,6 +99,8 @@ class CommModel:
         cpu = network.cpu
         server_cpu = cpu.p2p_s_per_byte / cpu.cores if cpu is not None and cpu.p2p_s_per_byte and cpu.cores else 0.0
         message_cpu = cpu.message_s / cpu.cores if cpu is not None and cpu.message_s and cpu.cores else 0.0
+        wakeup_cpu = (cpu.message_wakeup_s / cpu.cores if cpu is not None and cpu.message_wakeup_s and cpu.cores
+                      else 0.0)
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
         copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
         quota = None
@@ -103,7 +108,7 @@ class CommModel:
             quota = (float(cpu.cores), float(network.environment.get("cfs_period_s", TESTBED_PERIOD_S)))
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
                    Interference.from_network(network), server_cpu, message_cpu, message_cpu, sigma,
-                   NEWCOMER_SHARE_WEIGHT, copy, quota)
+                   NEWCOMER_SHARE_WEIGHT, copy, quota, wakeup_cpu)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

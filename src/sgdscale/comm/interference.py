@@ -243,6 +243,9 @@ TYPICAL_CPU_S_PER_BYTE = 1.0e-9  # median of 8 runs, range 0.53-1.20 ns/B
 # CPU of one point-to-point message apart from its bytes (sgdscale.message_cpu): the median of netbench's
 # four measurements on this testbed, 28 us alone and at 0.28 cores, 38.7 us at 0.24 (set 31), 48.9 us at 0.49 (set 32).
 TYPICAL_CPU_S_PER_MESSAGE = 3.3e-5
+# What a message sent or received alone, after compute, costs on top (sgdscale.message_cpu.wakeup_weights):
+# benchmarks/message_spacing_cpu.py at 0.40 cores, spaced 2-4 ms against a burst.
+TYPICAL_CPU_S_PER_WAKEUP = 7.0e-5
 
 
 def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
@@ -286,13 +289,20 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
     measured_message = bool(message_s)
     if not message_s and cpu_cores is not None:
         message_s = TYPICAL_CPU_S_PER_MESSAGE
+    wakeup_s = cpu.message_wakeup_s if cpu is not None else None
+    if not wakeup_s and not measured_message and cpu_cores is not None:
+        wakeup_s = TYPICAL_CPU_S_PER_WAKEUP
+    if wakeup_s and cores:
+        comm = dataclasses.replace(comm, worker_cpu_s_per_wakeup=wakeup_s / cores)
     if message_s and cores:
         wall_s = message_s / cores
         comm = dataclasses.replace(comm, server_cpu_s_per_message=wall_s, worker_cpu_s_per_message=wall_s)
         source = "measured" if measured_message else "the testbed's typical figure, none measured"
         notes.append(f"parameter-server messages ({source}): {message_s * 1e6:.0f} us of CPU each apart from their "
                      f"bytes, {wall_s * 1e6:.0f} us of a node at {cores:g} cores, paid by the worker per tensor pushed "
-                     "and pulled and by the shard per copy in and reply out")
+                     "and pulled and by the shard per copy in and reply out"
+                     + (f"; a worker's message {wakeup_s * 1e6:.0f} us more when it leaves alone, after compute"
+                        if wakeup_s else ""))
     model = Interference.from_network(network) if network is not None and interference else None
     comm = with_interference(comm, model)
     if model is not None:

@@ -85,13 +85,14 @@ class CpuCost(BaseModel):
     ranks' CPU time during the benchmark: `allreduce_s_per_byte` per byte a node sends in an all-reduce
     (2(N-1)/N * M for M bytes; receiving and reducing that byte included), `p2p_s_per_byte` per byte
     sent or received point to point, `message_s` per point-to-point message sent or received apart from
-    its bytes (an isend or irecv of a tiny tensor in a burst, as a parameter server's pushes and pulls
-    come). `cores`: the node's CPU budget while measured (None: unshaped)."""
+    its bytes (an isend or irecv of a tiny tensor in a burst), `message_wakeup_s` what one costs on top
+    when it comes alone, after compute (sgdscale.message_cpu.wakeup_weights). `cores`: the node's CPU budget while measured (None: unshaped)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     allreduce_s_per_byte: CpuSecondsPerByte | None = None
     p2p_s_per_byte: CpuSecondsPerByte | None = None
     message_s: Seconds | None = None
+    message_wakeup_s: Seconds | None = None
     cores: Cores | None = None
 
 

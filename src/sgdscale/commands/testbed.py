@@ -161,6 +161,9 @@ def fits_table(network) -> Table:
             notes.append(f"CPU cost of a point-to-point message apart from its bytes: {format_seconds(cpu.message_s)}"
                          + (f" ({format_seconds(cpu.message_s / cpu.cores)} of a node at {cpu.cores:g} cores)"
                             if cpu.cores else ""))
+        if cpu.message_wakeup_s:
+            notes.append(f"a message alone, after compute, costs {format_seconds(cpu.message_wakeup_s)} more "
+                         "(gloo's thread wakes for it alone)")
     if network.sharing is not None:
         notes.append(sharing_line(network.sharing))
     if network.outcast is not None:

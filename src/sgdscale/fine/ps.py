@@ -104,7 +104,7 @@ def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     if not strategy.uses_servers:
         raise ValueError(f"simulate_ps runs parameter servers, not '{strategy.kind}'")
     topology = Topology.of(cluster, comm, strategy)
-    profile = with_message_cpu(profile, topology.nic.worker_cpu_s_per_message)
+    profile = with_message_cpu(profile, topology.nic.worker_cpu_s_per_message, topology.nic.worker_cpu_s_per_wakeup)
     plan = ps_plan(profile, cluster, strategy, topology)
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations

@@ -27,7 +27,12 @@ What is measured (gloo, CPU tensors, float32 payloads):
   server's pushes and pulls come (one isend or irecv per tensor): rank 0 posts MESSAGE_BURST isends
   of MESSAGE_BYTES each to rank 1, which posts as many irecvs, both wait for all; then the other
   way. Each rank's CPU time over the burst / MESSAGE_BURST is one sample per direction
-  (`CpuCost.message_s`: the median over both ranks and directions).
+  (`CpuCost.message_s`: the median over both ranks and directions). Then the same messages alone:
+  the sender computes MESSAGE_GAP_S (a matrix-product loop, its thread's CPU time) before each of
+  MESSAGE_ALONE isends while the receiver waits on its posted irecvs, and once more without the
+  messages; the CPU difference per message, less the burst figure, is what a message pays for
+  coming alone after compute (`CpuCost.message_wakeup_s`, sgdscale.message_cpu.wakeup_weights):
+  gloo's thread wakes for it alone and runs on caches the compute has cooled.
 Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
 gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
@@ -71,6 +76,8 @@ OUTCAST_MIN_WEIGHT = 0.01  # a newcomer that got nothing measurable still moves 
 ELEMENT_BYTES = 4  # float32
 MESSAGE_BURST = 128  # messages per burst of the per-message CPU measurement (mobilenet_v2 has 158 tensors)
 MESSAGE_BYTES = 4  # one float: the per-byte cost is p2p's
+MESSAGE_ALONE = 16  # messages per direction of the messages-alone measurement
+MESSAGE_GAP_S = 3e-3  # CPU seconds of compute before each of them (past message_cpu.WAKEUP_SPACING_S)
 
 
 def message_sizes(min_bytes: float, max_bytes: float, points: int) -> list[int]:
@@ -237,7 +244,9 @@ def bench_rank(ctx) -> dict[str, Any]:
     message_cpu: dict[str, list[float]] = {}
     if "p2p" in config["ops"] and world >= 2:
         tensors = [torch.zeros(MESSAGE_BYTES // ELEMENT_BYTES, dtype=torch.float32) for _ in range(MESSAGE_BURST)]
-        message_cpu = repeated(lambda: _message_burst_cpu(dist, rank, tensors))
+        spin = _spin_loop()
+        message_cpu = repeated(lambda: {**_message_burst_cpu(dist, rank, tensors),
+                                        **_message_alone_cpu(dist, rank, tensors[:MESSAGE_ALONE], spin)})
     for op in config["ops"]:
         if op not in POINT_OPS or (op != "allreduce" and world < 2):
             continue
@@ -296,6 +305,46 @@ def bench_rank(ctx) -> dict[str, Any]:
                 completions[str(nbytes)] = kept_senders
     return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
             "message_cpu_s": message_cpu, "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
+
+
+def _spin_loop() -> Callable[[float], None]:
+    """A callable that computes (small matrix products) for a given number of CPU seconds of its thread."""
+    import torch
+
+    a = torch.randn(128, 128, generator=torch.Generator().manual_seed(0))
+
+    def spin(cpu_s: float) -> None:
+        end = time.thread_time() + cpu_s
+        while time.thread_time() < end:
+            torch.mm(a, a)
+
+    return spin
+
+
+def _message_alone_cpu(dist, rank: int, tensors, spin: Callable[[float], None]) -> dict[str, float]:
+    """One repeat of the messages-alone measurement (module docstring, `messages`): per direction,
+    CPU seconds per message this rank spent sending or receiving them, compute between them excluded."""
+    sample = {}
+    for sender in (0, 1):
+        spent = {}
+        for with_messages in (False, True):
+            dist.barrier()
+            start = _cpu_s()
+            works = []
+            if rank == sender:
+                for i, t in enumerate(tensors):
+                    spin(MESSAGE_GAP_S)
+                    if with_messages:
+                        works.append(dist.isend(t, dst=1 - rank, tag=i))
+            elif rank == 1 - sender and with_messages:
+                works = [dist.irecv(t, src=1 - rank, tag=i) for i, t in enumerate(tensors)]
+            for work in works:
+                work.wait()
+            spent[with_messages] = _cpu_s() - start
+        if rank in (0, 1):
+            key = "send_alone" if rank == sender else "receive_alone"
+            sample[key] = (spent[True] - spent[False]) / len(tensors)
+    return sample
 
 
 def _message_burst_cpu(dist, rank: int, tensors) -> dict[str, float]:
@@ -455,15 +504,26 @@ def interference_from_results(results: Sequence[dict[str, Any]]) -> Interference
                            **{k: pooled[k] for k in keys})
 
 
-def message_cpu_from_results(results: Sequence[dict[str, Any]]) -> float | None:
+def message_cpu_from_results(results: Sequence[dict[str, Any]], keys: Sequence[str] = ("send", "receive")
+                             ) -> float | None:
     """CPU seconds per message sent or received, apart from its bytes: the median of ranks 0 and 1's
-    burst samples, both directions (None where no burst was measured)."""
-    samples = [value for r in results for values in (r.get("message_cpu_s") or {}).values() for value in values]
+    burst samples, both directions (None where no burst was measured). `keys` ("send_alone",
+    "receive_alone"): the messages-alone samples instead."""
+    samples = [value for r in results for key, values in (r.get("message_cpu_s") or {}).items() if key in keys
+               for value in values]
     return statistics.median(samples) if samples else None
 
 
+def message_wakeup_from_results(results: Sequence[dict[str, Any]]) -> float | None:
+    """What a message alone after compute costs on top of one in a burst, CPU seconds (never below 0;
+    None where either was not measured: files from before the messages-alone measurement)."""
+    burst = message_cpu_from_results(results)
+    alone = message_cpu_from_results(results, ("send_alone", "receive_alone"))
+    return None if burst is None or alone is None else max(0.0, alone - burst)
+
+
 def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None,
-                         message_s: float | None = None) -> CpuCost | None:
+                         message_s: float | None = None, message_wakeup_s: float | None = None) -> CpuCost | None:
     """CPU seconds per byte, the slope over the large messages (`fit_alpha_beta`): all-reduce per byte a
     node sends (2(N-1)/N * M, the largest worker count measured), p2p per byte sent or received; and
     the measured CPU per message (`message_cpu_from_results`)."""
@@ -481,12 +541,13 @@ def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None,
     p2p_cost = slope([p for p in points if p.op == "p2p"], lambda p: 2 * p.bytes)
     if ar_cost is None and p2p_cost is None and message_s is None:
         return None
-    return CpuCost(allreduce_s_per_byte=ar_cost, p2p_s_per_byte=p2p_cost, message_s=message_s, cores=cores)
+    return CpuCost(allreduce_s_per_byte=ar_cost, p2p_s_per_byte=p2p_cost, message_s=message_s,
+                   message_wakeup_s=message_wakeup_s, cores=cores)
 
 
 def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any],
                 interference: InterferenceFit | None = None, outcast: Outcast | None = None,
-                message_cpu_s: float | None = None) -> Network:
+                message_cpu_s: float | None = None, message_wakeup_s: float | None = None) -> Network:
     """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
     and incast per sender count (t against the total bytes received) with the link-sharing fit."""
     incast: dict[str, AlphaBeta] = {}
@@ -513,7 +574,8 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     quotas = environment.get("cpu_quota_cores")  # one value, or one per node
     cores = (min(quotas) if isinstance(quotas, (list, tuple)) else float(quotas)) if quotas else None
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
-                   environment=environment, interference=interference, cpu=cpu_cost_from_points(points, cores, message_cpu_s),
+                   environment=environment, interference=interference,
+                   cpu=cpu_cost_from_points(points, cores, message_cpu_s, message_wakeup_s),
                    sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points), outcast=outcast)
 
 
@@ -547,6 +609,8 @@ def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -
     if "outcast" in config["ops"] and workers >= 3:
         wire_s = int(config.get("outcast_bytes") or max(config["sizes"])) * 8 / bandwidth_bps
         per_repeat += 5 * wire_s + 0.1  # one lone flow, then two pairs
+    if "p2p" in config["ops"]:
+        per_repeat += 2 * 2 * MESSAGE_ALONE * MESSAGE_GAP_S / 0.1  # the messages alone, at 0.1 cores
     return per_repeat * (config["repeats"] + config["warmup"])
 
 
@@ -582,7 +646,7 @@ def run_netbench(
     total = sum(steps_per_rank(c, n) for n, c in runs)
     done_before = 0
     points: list[BenchPoint] = []
-    interference = outcast = message_cpu_s = None
+    interference = outcast = message_cpu_s = message_wakeup_s = None
     torch_version = None
     for count, run_config in runs:
         timeout_s = 60 + 3 * estimate_run_s(run_config, count, bandwidth_hint_bps)
@@ -597,6 +661,7 @@ def run_netbench(
         interference = interference_from_results(result.results) or interference
         outcast = outcast_from_results(result.results) or outcast
         message_cpu_s = message_cpu_from_results(result.results) or message_cpu_s
+        message_wakeup_s = message_wakeup_from_results(result.results) or message_wakeup_s
         torch_version = result.results[0].get("torch")
         done_before += steps_per_rank(run_config, count)
         if on_progress is not None:
@@ -607,7 +672,7 @@ def run_netbench(
                      "incast: rank 0 from a common barrier until every sender's message arrived",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
     return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast,
-                       message_cpu_s=message_cpu_s)
+                       message_cpu_s=message_cpu_s, message_wakeup_s=message_wakeup_s)
 
 
 def collect_results(directory: str | Path, environment: dict[str, Any] | None = None) -> Network:
@@ -628,4 +693,5 @@ def collect_results(directory: str | Path, environment: dict[str, Any] | None = 
            "repeats": repeats, "mode": "cluster (torchrun)", **(environment or {})}
     return fit_network(points, source=f"netbench on {len(results)} ranks (torchrun), collected from {directory}",
                        environment=env, interference=interference_from_results(results),
-                       outcast=outcast_from_results(results), message_cpu_s=message_cpu_from_results(results))
+                       outcast=outcast_from_results(results), message_cpu_s=message_cpu_from_results(results),
+                       message_wakeup_s=message_wakeup_from_results(results))
