@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--strategies", default="ps-sync,ps-async")
     parser.add_argument("--output", default="message_cpu_spaced_tuning")
     args = parser.parse_args(argv)
-    variants = [("burst (as kept)", "burst", message_cpu())]
+    variants = [("as in the file", "as in the file", message_cpu())]
     variants += [(f"{us:g} us", f"{us:g} us per message", message_cpu(message_s=us * 1e-6))
                  for us in (float(x) for x in args.message_us.split(",") if x)]
     variants += [(f"+{us:g} us alone", f"burst + {us:g} us per wake-up", message_cpu(message_wakeup_s=us * 1e-6))

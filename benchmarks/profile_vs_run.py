@@ -34,6 +34,9 @@ MODELS = {  # name: (profile CLI arguments, TrainConfig keyword arguments), as `
     "cnn": (["--batch-size", "16", "--image-size", "32"], dict(model="cnn", batch_size=16, image_size=32)),
     "mlp": (["--batch-size", "32", "--option", "width=512", "--option", "depth=4"],
             dict(model="mlp", batch_size=32, model_options={"width": 512, "depth": 4})),
+    "bert": (["--batch-size", "4", "--seq-len", "64", "--option", "layers=2", "--option", "hidden=128",
+              "--option", "vocab=2048"],
+             dict(model="bert", batch_size=4, seq_len=64, model_options={"layers": 2, "hidden": 128, "vocab": 2048})),
 }
 
 

@@ -10,7 +10,7 @@ threads (gloo's and autograd's), and any other process in the node. Cases are se
 Mbit/s, 0.40 cores per node, 2 workers), plus one worker (no communication at all), interleaved per
 round. The profile's CPU per step is its step x quota (a profile runs back to back, throttled).
 
-    .venv/bin/python benchmarks/worker_cpu_threads.py [--models cnn,mlp] [--rounds 2]
+    .venv/bin/python benchmarks/worker_cpu_threads.py [--models cnn,mlp] [--rounds 2] [--cases ps-sync:2,...]
 
 Raw output: benchmarks/results/worker_cpu_threads.md (+ .json).
 """
@@ -31,7 +31,6 @@ from sgdscale.runtime.testbed import Testbed
 from sgdscale.runtime.train import TrainConfig, run_training
 
 OUT = Path(__file__).resolve().parent / "results"
-CASES = (("allreduce", 1), ("allreduce", 2), ("ps-sync", 2), ("ps-async", 2))
 
 
 def thread_times(bed: Testbed) -> dict[tuple[int, int, int], tuple[str, float]]:
@@ -124,17 +123,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--models", default="cnn,mlp")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quota", type=float, default=0.40, help="cores per node")
+    parser.add_argument("--cases", default="allreduce:1,allreduce:2,ps-sync:2,ps-async:2",
+                        help="strategy:workers, comma-separated")
     parser.add_argument("--bandwidth-mbit", type=float, default=3200)
     parser.add_argument("--output", default="worker_cpu_threads")
     args = parser.parse_args(argv)
-    iterations = {"cnn": 60, "mlp": 150}
+    cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
+    iterations = {"cnn": 60, "mlp": 150, "bert": 60}
     rows = []
     for r in range(args.rounds):
         for model in args.models.split(","):
             profile = profile_step(model, args.quota)
             rows.append({"round": r + 1, "model": model, "profile": profile})
             print(f"round {r + 1} {model} profile step {profile['step_s'] * 1e3:.1f} ms", flush=True)
-            for strategy, workers in CASES:
+            for strategy, workers in cases:
                 case = run_case(model, strategy, workers, args.quota, args.bandwidth_mbit * 1e6, iterations[model])
                 case["round"] = r + 1
                 case["profile_cpu_per_step_s"] = profile["step_s"] * args.quota
