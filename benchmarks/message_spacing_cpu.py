@@ -4,10 +4,10 @@
 on this machine): the burst shares gloo's wake-ups. In a PS step a worker's pushes leave one by
 one as backward makes gradients ready and its pulls come back one by one while it computes, so
 every message may pay a thread wake-up of its own. `benchmarks/worker_cpu_threads.py` found a real
-cnn PS worker's `gloo_tcp_loop` thread spending 4-8 ms of CPU per step for 28 messages of 0.38 MB
+cnn PS worker's `gloo_tcp_loop` thread spending 3-13 ms of CPU per step for 28 messages of 0.76 MB
 in all. Here, on two emulated nodes (set 37's 0.40 cores, 3200 Mbit/s, pinned), rank 0 computes
-(a fixed matrix-product loop) and between compute slices sends one tiny message to rank 1 and
-rank 1 receives it, with `gap` ms of compute before each message (0: a burst). Every thread's CPU
+`gap` ms (netbench's matrix-product loop, `spin_loop`) before each tiny message it sends to rank 1,
+which has posted its receives and waits (gap 0: a burst). Every thread's CPU
 comes from /proc/self/task/*/schedstat; the compute's own CPU (the same slices without messages,
 timed the same way) is subtracted. Per message: CPU of the main thread, of gloo's threads, on each
 rank.
@@ -48,19 +48,15 @@ def thread_cpu_s() -> dict[str, float]:
 
 
 def rank_main(ctx) -> dict:
-    """Rank 0: compute, with one message out and one back every `gap`; rank 1: echo each message."""
+    """Rank 0: compute `gap` before each message it sends; rank 1: receive them (posted up front)."""
     import torch
     import torch.distributed as dist
 
+    from sgdscale.runtime.netbench import spin_loop
+
     config = ctx.config
     messages, rounds = config["messages"], config["rounds"]
-    a = torch.randn(128, 128)
-
-    def compute(seconds: float) -> None:
-        end = time.thread_time() + seconds
-        while time.thread_time() < end:
-            torch.mm(a, a)
-
+    compute = spin_loop()  # netbench's: small matrix products for a given CPU time of this thread
     tiny = [torch.zeros(16) for _ in range(messages)]
     results = []
     for _ in range(rounds):

@@ -16,9 +16,9 @@ byte pushed and pulled (0.29 ns per byte: 8.1 ms).
 Alone, a message costs more: netbench's burst shares gloo's wake-ups, but in a step a worker's
 pushes leave one at a time as backward makes gradients ready, each waking gloo's thread on caches the
 compute has cooled. `benchmarks/message_spacing_cpu.py` (0.40 cores): a sender's CPU per message 43 us
-in a burst, 64 us 0.5 ms apart, 113 us 2 ms apart; a receiver's 43 -> 117 us. `benchmarks/
-worker_cpu_threads.py` found real cnn PS workers' main threads spending their plain step's CPU while
-gloo's thread added 3-8 ms a step for 28 messages (0.76 MB). netbench measures the extra as
+in a burst, 64 us 0.5 ms apart, 113 us 2 ms apart; a receiver's 43 -> 117 us. In real cnn PS runs
+gloo's thread spent 3.2-13.3 ms a step on 28 messages of 0.76 MB in all, 110-480 us a message
+(`benchmarks/worker_cpu_threads.py`). netbench measures the extra as
 `CpuCost.message_wakeup_s` (messages alone, after compute); a worker's k-th push pays
 message_s + wakeup_s * min(1, gap_k / WAKEUP_SPACING_S) (`wakeup_weights`), its pull the same.
 

@@ -86,7 +86,8 @@ class CpuCost(BaseModel):
     (2(N-1)/N * M for M bytes; receiving and reducing that byte included), `p2p_s_per_byte` per byte
     sent or received point to point, `message_s` per point-to-point message sent or received apart from
     its bytes (an isend or irecv of a tiny tensor in a burst), `message_wakeup_s` what one costs on top
-    when it comes alone, after compute (sgdscale.message_cpu.wakeup_weights). `cores`: the node's CPU budget while measured (None: unshaped)."""
+    when it comes alone, after compute (sgdscale.message_cpu.wakeup_weights). `cores`: the node's CPU
+    budget while measured (None: unshaped)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     allreduce_s_per_byte: CpuSecondsPerByte | None = None

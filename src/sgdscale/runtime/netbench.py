@@ -244,7 +244,7 @@ def bench_rank(ctx) -> dict[str, Any]:
     message_cpu: dict[str, list[float]] = {}
     if "p2p" in config["ops"] and world >= 2:
         tensors = [torch.zeros(MESSAGE_BYTES // ELEMENT_BYTES, dtype=torch.float32) for _ in range(MESSAGE_BURST)]
-        spin = _spin_loop()
+        spin = spin_loop()
         message_cpu = repeated(lambda: {**_message_burst_cpu(dist, rank, tensors),
                                         **_message_alone_cpu(dist, rank, tensors[:MESSAGE_ALONE], spin)})
     for op in config["ops"]:
@@ -307,7 +307,7 @@ def bench_rank(ctx) -> dict[str, Any]:
             "message_cpu_s": message_cpu, "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
 
 
-def _spin_loop() -> Callable[[float], None]:
+def spin_loop() -> Callable[[float], None]:
     """A callable that computes (small matrix products) for a given number of CPU seconds of its thread."""
     import torch
 
