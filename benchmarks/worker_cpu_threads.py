@@ -27,7 +27,7 @@ from pathlib import Path
 
 from profile_vs_run import MODELS, profile_step
 
-from sgdscale.runtime.testbed import Testbed
+from sgdscale.runtime.testbed import Testbed, _cgroup_pids  # the testbed's own reader of a node's processes
 from sgdscale.runtime.train import TrainConfig, run_training
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -37,11 +37,7 @@ def thread_times(bed: Testbed) -> dict[tuple[int, int, int], tuple[str, float]]:
     """(node, pid, tid) -> (thread name, CPU seconds so far) for every thread in every node cgroup."""
     seen = {}
     for node in range(bed.nodes):
-        try:
-            pids = [int(p) for p in (bed.cgroup(node) / "cgroup.procs").read_text().split()]
-        except OSError:
-            continue
-        for pid in pids:
+        for pid in _cgroup_pids(bed.cgroup(node)):
             task_dir = Path(f"/proc/{pid}/task")
             try:
                 tids = [int(t) for t in (p.name for p in task_dir.iterdir())]
