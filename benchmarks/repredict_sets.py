@@ -28,7 +28,7 @@ from unittest import mock
 from sgdscale.commands.validate import model_spec, replay_spec
 from sgdscale.predict import predict
 from sgdscale.units import parse_bandwidth_bps
-from sgdscale.validation import Grid, Validator, runs_of
+from sgdscale.validation import Grid, Validator, at_run_speed, runs_of
 
 HERE = Path(__file__).resolve().parent
 SETS = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
@@ -84,8 +84,8 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
             row = []
             for _, name, in_place in variants:
                 with in_place():
-                    predicted = statistics.median(current(validator, case, run.get("round", 0), [method])[method]
-                                                  for run in runs)
+                    predicted = statistics.median(current(validator, case, run.get("round", 0), [method],
+                                                          run.get("reference_step_s"))[method] for run in runs)
                 errors[name].append(predicted / measured - 1)
                 by_strategy.setdefault(case.strategy, {}).setdefault(name, []).append(errors[name][-1])
                 row.append(f"{errors[name][-1]:+.1%}")
@@ -111,16 +111,27 @@ def error_summary(named_errors: dict[str, list[float]]) -> list[str]:
     return lines
 
 
-def current(validator: Validator, case, round_index: int, methods: list[str]) -> dict[str, float]:
-    """The current predictions of one run (measured network file; nominal figures), as predict_case."""
+def current(validator: Validator, case, round_index: int, methods: list[str],
+            reference_step_s: float | None = None) -> dict[str, float]:
+    """The current predictions of one run (measured network file; nominal figures; "-run-speed": the
+    measured network file and the profile at the run's own compute reference), as predict_case."""
     profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index)
     out: dict[str, float] = {}
-    base = sorted({m.removesuffix("-nominal") for m in methods})
-    if any(not m.endswith("-nominal") for m in methods):
+    at_speed = [m for m in methods if m.endswith("-run-speed")]
+    if at_speed:
+        if not reference_step_s:
+            raise ValueError(f"{case.key}: a run-speed prediction needs the run's compute reference")
+        result = predict(at_run_speed(profile, reference_step_s), cluster, strategy, comm, [case.workers],
+                         methods=tuple(m.removesuffix("-run-speed") for m in at_speed),
+                         iterations=validator.predict_iterations, variability=variability)
+        out.update({f"{r.method}-run-speed": r.throughput for r in result.results})
+    rest = [m for m in methods if m not in at_speed]
+    base = sorted({m.removesuffix("-nominal") for m in rest})
+    if any(not m.endswith("-nominal") for m in rest):
         result = predict(profile, cluster, strategy, comm, [case.workers], methods=tuple(base),
                          iterations=validator.predict_iterations, variability=variability)
         out.update({r.method: r.throughput for r in result.results})
-    if any(m.endswith("-nominal") for m in methods):
+    if any(m.endswith("-nominal") for m in rest):
         nominal_cluster, models = validator.nominal_models(case)
         result = predict(profile, nominal_cluster, strategy, models["nominal"], [case.workers], methods=tuple(base),
                          iterations=validator.predict_iterations, variability=variability)

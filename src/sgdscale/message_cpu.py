@@ -25,8 +25,10 @@ message_s + wakeup_s * min(1, gap_k / WAKEUP_SPACING_S) (`wakeup_weights`), its 
 Where it goes:
 - a worker: each tensor's push runs on backward's thread right after the tensor is ready (the
   gradient hook calls isend), so its layer's backward grows by one message and every later tensor
-  becomes ready that much later; each tensor's pull is received while forward runs, so its layer's
-  forward grows by one message (`with_message_cpu`). Where a worker's compute takes no CPU it is left
+  becomes ready that much later (`with_message_cpu`); its pulls are received as they arrive, one
+  after another on its CPU, after its backward (PULLS_RECEIVED_AS_THEY_ARRIVE: the fine method's
+  chain, `pull_receive_tail_s` in the coarse ones), so what their spacing on the wire hides costs
+  the step nothing. Where a worker's compute takes no CPU it is left
   out: a profile measured on an accelerator (its `device` not a CPU; the host's CPU sends while the
   device computes), and a replay that sleeps (validation passes a zero `worker_cpu_s_per_message`).
 - a shard: each message it receives or sends, N copies in and N replies out per message in sync PS,
@@ -43,25 +45,61 @@ from sgdscale.placement import place_tensors
 from sgdscale.profile import Profile
 from sgdscale.strategy import Strategy
 
+# Where a worker's CPU receives its pulls. On: as each pull arrives, one after another (the fine
+# method's chain, `fine.ps.PsRun.pull_cpu`; the coarse methods' `pull_receive_tail_s`): a worker
+# posts its pull receives when its backward ends and its forward waits for its first layer, whose
+# reply comes back last, so its CPU receives the pulls while it waits, and only what the wire's
+# spacing does not hide delays it. Off: each pull's CPU is added to the forward of the layer that
+# needs it, in series after the last byte (`with_message_cpu(pulls=True)`). Measured on set 38's
+# real bert sync PS: workers computed 111-125 ms a step (forward and backward less their waits)
+# where the series charge made 126-141 ms (`benchmarks/pull_receive_tuning.py`).
+PULLS_RECEIVED_AS_THEY_ARRIVE = True
+
 # How far apart two messages must leave for the second to pay a whole wake-up of its own: the CPU per
 # message rises from netbench's burst figure to its spaced one over 0-2 ms of compute between
 # messages (benchmarks/message_spacing_cpu.py: sender 43 -> 64 -> 74 -> 113 us at 0, 0.5, 1, 2 ms).
 WAKEUP_SPACING_S = 2.0e-3
 
 
-def with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float = 0.0) -> Profile:
+def with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float = 0.0,
+                     pulls: bool = True) -> Profile:
     """The profile with one message's CPU added per tensor to its layer's backward (the push, which
-    also makes every later tensor ready later) and forward (the pull); unchanged for 0.
-    `s_per_wakeup`: what a message costs on top when it comes alone, a gap after the previous one
-    (`wakeup_weights`); pulls are taken to come back spaced as the pushes left."""
+    also makes every later tensor ready later) and, with `pulls`, forward (the pull); unchanged for
+    0. `s_per_wakeup`: what a message costs on top when it comes alone, a gap after the previous one
+    (`wakeup_weights`); pulls are taken to come back spaced as the pushes left. Without `pulls` the
+    caller charges the pulls where they are received (`pull_cpu_s`)."""
     if (s_per_message <= 0 and s_per_wakeup <= 0) or not computes_on_cpu(profile):
         return profile
     # Cached on the (immutable) profile like bucket_copies.with_copy_in: sweeps predict it thousands of times.
     cache = profile.__dict__.setdefault("_with_message_cpu", {})
-    key = (s_per_message, s_per_wakeup)
+    key = (s_per_message, s_per_wakeup, pulls)
     if key not in cache:
-        cache[key] = _with_message_cpu(profile, s_per_message, s_per_wakeup)
+        cache[key] = _with_message_cpu(profile, s_per_message, s_per_wakeup, pulls)
     return cache[key]
+
+
+def pull_cpu_s(s_per_message: float, s_per_wakeup: float, gap_s: float | None) -> float:
+    """A worker's CPU (wall seconds of its budget) for receiving one pull `gap_s` after its previous
+    one arrived (None: the first of a step): the message, and its share of a wake-up (`wakeup_weights`)."""
+    weight = 1.0 if gap_s is None else min(1.0, max(0.0, gap_s) / WAKEUP_SPACING_S)
+    return s_per_message + s_per_wakeup * weight
+
+
+def pull_receive_tail_s(sizes: list[float], wire_s: float, s_per_message: float, s_per_wakeup: float) -> float:
+    """How long after its last pull arrives a worker is still receiving (the coarse methods' form of
+    the fine one's chain, `fine.ps.PULLS_RECEIVED_AS_THEY_ARRIVE`): pulls of these sizes arrive over
+    `wire_s`, spaced by their bytes, and each is received on the worker's CPU (`pull_cpu_s`, by its
+    gap after the previous one) once it has arrived and the previous one is received."""
+    total = float(sum(sizes))
+    if not sizes or (s_per_message <= 0 and s_per_wakeup <= 0):
+        return 0.0
+    arrival, done, previous = 0.0, 0.0, None
+    for size in sizes:
+        arrival += wire_s * size / total if total > 0 else 0.0
+        cost = pull_cpu_s(s_per_message, s_per_wakeup, None if previous is None else arrival - previous)
+        done = max(done, arrival) + cost
+        previous = arrival
+    return done - arrival
 
 
 def wakeup_weights(ready_s: list[float]) -> list[float]:
@@ -80,7 +118,7 @@ def computes_on_cpu(profile: Profile) -> bool:
     return not profile.device or profile.device.lower().startswith("cpu")
 
 
-def _with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float) -> Profile:
+def _with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float, pulls: bool) -> Profile:
     order = sorted((t.grad_ready_s, li, ti) for li, layer in enumerate(profile.layers)
                    for ti, t in enumerate(layer.params) if t.grad_ready_s is not None)
     weights = wakeup_weights([ready for ready, _, _ in order])
@@ -97,8 +135,12 @@ def _with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: floa
             continue
         params = [t.model_copy(update={"grad_ready_s": shifted[li, ti]}) if (li, ti) in shifted else t
                   for ti, t in enumerate(layer.params)]
-        update = {"forward_s": layer.forward_s + extra_s, "backward_s": layer.backward_s + extra_s, "params": params}
-        for key in ("forward_samples_s", "backward_samples_s"):
+        update = {"backward_s": layer.backward_s + extra_s, "params": params}
+        keys = ["backward_samples_s"]
+        if pulls:
+            update["forward_s"] = layer.forward_s + extra_s
+            keys.append("forward_samples_s")
+        for key in keys:
             if getattr(layer, key):
                 update[key] = [s + extra_s for s in getattr(layer, key)]
         layers.append(layer.model_copy(update=update))

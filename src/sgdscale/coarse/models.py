@@ -26,7 +26,8 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, interference_of, overlap_end_s, ps_compute_slowdown
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
-from sgdscale.message_cpu import messages_per_shard, with_message_cpu
+from sgdscale import message_cpu
+from sgdscale.message_cpu import computes_on_cpu, messages_per_shard, pull_receive_tail_s, with_message_cpu
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
@@ -63,6 +64,19 @@ def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, g
         end = max(end, head) + comm
         ends.append(end)
     return max(0.0, float(finalized_s(pre, np.asarray(ends), copies)) - pre)
+
+
+def _pull_receive_tail_s(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
+                         wire_s: float) -> float:
+    """How long a worker still receives after its last pull arrived, its pulls spread over `wire_s`
+    (`message_cpu.pull_receive_tail_s`); 0 where its pulls are charged to forward instead, its
+    compute takes no CPU, or its messages cost none."""
+    nic = topology.nic
+    if (not message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE or not computes_on_cpu(profile)
+            or (nic.worker_cpu_s_per_message <= 0 and nic.worker_cpu_s_per_wakeup <= 0)):
+        return 0.0
+    sizes = [float(g.bytes) for g in group_gradients(profile, strategy, topology, cluster.workers)]
+    return pull_receive_tail_s(sizes, wire_s, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
 
 
 def _step_samples(base: np.ndarray | float, extra_s: float, iterations: int) -> np.ndarray:
@@ -191,7 +205,8 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     n = cluster.workers
     scales = worker_scales(cluster)
     nic = Topology.of(cluster, comm, strategy).nic
-    profile = with_message_cpu(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
+    profile = with_message_cpu(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup,
+                               pulls=not message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE)
     costs = _ServerCosts(profile, cluster, strategy, comm)
     pre_max = pre_barrier_max(profile, cluster, variability)
 
@@ -200,6 +215,8 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     transfer = max(float(shard_nic_s.max(initial=0.0)), worker_nic_s, intra_s)
     push = costs.alpha + transfer if costs.total_bytes > 0 else 0.0
     pull = push
+    # the worker's CPU receiving its pulls, beyond what their spacing on the wire hides
+    receive_tail = _pull_receive_tail_s(profile, cluster, strategy, costs.topology, transfer)
     # Each shard sums N gradients (gamma), updates once, and its CPU moves every byte of the N pushes
     # and N replies (server_cpu_s is one worker's push and pull): as the fine plan charges it.
     update_per_shard = costs.update_s + (n - 1) * costs.gamma * costs.bytes + n * costs.server_cpu_s
@@ -227,9 +244,10 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         extra = max(0.0, end + 2 * costs.alpha - (pre_max.mean + slowed_s))
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
-        exposed = extra - update_part
+        exposed = extra - update_part + receive_tail
+        extra += receive_tail
     else:
-        exposed, update_part = push + pull, update
+        exposed, update_part = push + pull + receive_tail, update
         extra = exposed + update_part
     extra += slowed_s  # the slowed backward is compute: it comes before the rest in every step
     step_mean = pre_max.mean + extra
@@ -286,7 +304,8 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     n = cluster.workers
     scales = worker_scales(cluster)
     nic = Topology.of(cluster, comm, strategy).nic
-    profile = with_message_cpu(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
+    profile = with_message_cpu(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup,
+                               pulls=not message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE)
     costs = _ServerCosts(profile, cluster, strategy, comm)
     one = pre_barrier_one(profile, variability)
     compute = float(scales.mean()) * one.mean
@@ -311,7 +330,9 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     demands_arr = np.array(demands)
     stage_masks = [np.array([k == kind for k in kinds]) for kind in ("push", "update", "pull")]
     own_excess = max(0.0, worker_nic - float(nic.sum()))  # per direction
-    think0 = compute + 2 * (costs.alpha + own_excess)
+    # the worker's CPU receiving its pulls, beyond what their spacing on the wire hides
+    receive_tail = _pull_receive_tail_s(profile, cluster, strategy, costs.topology, max(worker_nic, float(nic.sum())))
+    think0 = compute + 2 * (costs.alpha + own_excess) + receive_tail
 
     def solve(think: float):
         return solve_mva(demands_arr, think, n)
@@ -331,7 +352,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
             push, update, pull = (float(result.response_times[m].sum()) for m in stage_masks)
             stages = [hz.split_by_bytes(t, sizes) for t in (push + own_excess, update)]
             pushed = hz.pipeline_end_s(head_first, head_last, stages, offsets)  # the pull follows (gloo)
-            end = max(compute, pushed + pull + own_excess + 2 * costs.alpha)
+            end = max(compute, pushed + pull + own_excess + 2 * costs.alpha + receive_tail)
             return max(0.0, think0 + float(result.response_times.sum()) - end)
 
         # hidden(h) - h is strictly decreasing in h (queueing grows by less than the think time

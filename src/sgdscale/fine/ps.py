@@ -89,7 +89,8 @@ from sgdscale.fine.links import LinkNetwork
 from sgdscale.fine.ps_accounting import outcome, reference_blocked
 from sgdscale.fine.ps_trace import PsTrace
 from sgdscale.grouping import ready_offsets_s
-from sgdscale.message_cpu import with_message_cpu
+from sgdscale import message_cpu
+from sgdscale.message_cpu import WAKEUP_SPACING_S, computes_on_cpu, with_message_cpu
 from sgdscale.profile import Profile
 from sgdscale.result import Outcome, TimelineSpec, timeline_spec
 from sgdscale.strategy import Strategy
@@ -104,7 +105,8 @@ def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     if not strategy.uses_servers:
         raise ValueError(f"simulate_ps runs parameter servers, not '{strategy.kind}'")
     topology = Topology.of(cluster, comm, strategy)
-    profile = with_message_cpu(profile, topology.nic.worker_cpu_s_per_message, topology.nic.worker_cpu_s_per_wakeup)
+    profile = with_message_cpu(profile, topology.nic.worker_cpu_s_per_message, topology.nic.worker_cpu_s_per_wakeup,
+                               pulls=not message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE)
     plan = ps_plan(profile, cluster, strategy, topology)
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     total = warmup + iterations
@@ -311,6 +313,12 @@ class PsRun:
         self.receive_budget_s = first_need if byte_s else None
         self.send_budget_s = sum(plan.bytes) * byte_s
         self.shard_clocks = node_clocks(quota, shards, first_node=n)
+        # (message_s, wakeup_s): a worker's CPU per pull received, where it receives them as they
+        # arrive (message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE; None: charged to forward, or nothing to charge)
+        nic = topology.nic
+        self.pull_cpu = ((nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
+                         if message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE and computes_on_cpu(profile)
+                         and (nic.worker_cpu_s_per_message > 0 or nic.worker_cpu_s_per_wakeup > 0) else None)
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
@@ -402,6 +410,12 @@ class PsRun:
 
         if rec is not None:
             rec.install_flows()
+        # Pulls received on the worker's CPU as they arrive (message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE): when its
+        # receiving is done, and when its previous pull arrived (a wake-up's share by the gap).
+        pull_cpu = self.pull_cpu
+        pull_message_s, pull_wakeup_s = pull_cpu if pull_cpu is not None else (0.0, 0.0)
+        received_until = [0.0] * n
+        last_arrival = [float("-inf")] * n
 
         def advance(w: int, t: float, extra: float, lnow: float) -> None:
             """Run worker w's forward from layer nxt[w], starting at its time t (>= the loop's time
@@ -507,7 +521,16 @@ class PsRun:
             """Fresh parameters of message m (update of iteration k) reach worker w at `arrival`."""
             w, m = divmod(token, M)
             have[w][m] = k
-            have_t[w][m] = arrival
+            if pull_cpu is None:
+                have_t[w][m] = arrival
+            else:  # received on w's CPU after the pulls before it (arrival order: on_pull's call order)
+                gap = arrival - last_arrival[w]
+                last_arrival[w] = arrival
+                start = received_until[w] if received_until[w] > arrival else arrival
+                done = start + pull_message_s + (pull_wakeup_s if gap >= WAKEUP_SPACING_S
+                                                 else pull_wakeup_s * gap / WAKEUP_SPACING_S)
+                received_until[w] = have_t[w][m] = done
+                busy[w] += done - start
             if sync:
                 s = msg_shard[m]
                 replies_done[s] += 1
