@@ -8,7 +8,7 @@ back last: its CPU receives the pulls while it waits, and where the wire spaces 
 34 tensors, 2.7 MB, at 1.9 Gbit/s) most of that CPU hides in the wait. Set 38's real bert sync PS
 workers computed 111-125 ms a step (forward and backward less their waits) where the model charged
 126-141 ms, and were predicted 12-14% too slow (`benchmarks/results/accuracy-heldout38/`).
-`sgdscale.message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE` receives each pull on the worker's CPU as it
+`sgdscale.message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE` (off since set 39) receives each pull on the worker's CPU as it
 arrives, one after another. This re-predicts every kept real PS run of the named sets with the
 pulls charged to forward ("forward", as before) and as received ("as received"), each with the
 network files as they are and with the testbed's typical wake-up (70 us,

@@ -1,5 +1,5 @@
 """A parameter server's messages cost CPU on both ends (sgdscale.message_cpu): measured per message
-by netbench, charged to a worker's backward (pushes) and as its pulls arrive, and to the shard's updates."""
+by netbench, charged to a worker's forward and backward and to the shard's updates."""
 
 from __future__ import annotations
 
@@ -86,8 +86,8 @@ def test_async_shard_bound_by_its_messages(method):
 def test_one_worker_steps_longer_by_its_own_messages(method, kind):
     """One worker, a fast network, a cheap shard: its step grows by its pushes and pulls (2 per tensor)
     at the worker's per-message cost, within what the shard's own share adds, where the pulls are
-    charged to forward; received as they arrive, by its pushes and what the pulls' spacing (the
-    shard's own per-message CPU paces its replies) does not hide."""
+    charged to forward (as used); received as they arrive (PULLS_RECEIVED_AS_THEY_ARRIVE), by its
+    pushes and what the pulls' spacing (the shard's own per-message CPU paces its replies) does not hide."""
     import sgdscale.message_cpu as message_cpu
 
     profile = load_profile("mobilenet_v2")
@@ -99,10 +99,10 @@ def test_one_worker_steps_longer_by_its_own_messages(method, kind):
         return (profile.batch_size / _throughput(profile, kind, charged, method, 1)
                 - profile.batch_size / _throughput(profile, kind, free, method, 1))
 
-    with mock.patch.object(message_cpu, "PULLS_RECEIVED_AS_THEY_ARRIVE", False):
-        assert worker_s * 0.95 <= grown_s() <= 2 * worker_s
-    assert message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE
-    assert worker_s / 2 * 1.2 <= grown_s() <= worker_s * 0.8  # some of the pulls' CPU hides, not all
+    assert not message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE  # as used: pulls in forward
+    assert worker_s * 0.95 <= grown_s() <= 2 * worker_s
+    with mock.patch.object(message_cpu, "PULLS_RECEIVED_AS_THEY_ARRIVE", True):
+        assert worker_s / 2 * 1.2 <= grown_s() <= worker_s * 0.8  # some of the pulls' CPU hides, not all
 
 
 def test_pull_receive_tail_is_what_the_wire_spacing_does_not_hide():
@@ -133,9 +133,9 @@ def test_a_slow_wire_hides_a_workers_pull_cpu_in_both_methods():
                          iterations=20, warmup=3, variability=False)
         return profile.batch_size / result.results[0].throughput
 
-    with mock.patch.object(message_cpu, "PULLS_RECEIVED_AS_THEY_ARRIVE", False):
-        in_forward = {m: step_s(m) for m in ("fine", "coarse")}
-    received = {m: step_s(m) for m in ("fine", "coarse")}
+    in_forward = {m: step_s(m) for m in ("fine", "coarse")}
+    with mock.patch.object(message_cpu, "PULLS_RECEIVED_AS_THEY_ARRIVE", True):
+        received = {m: step_s(m) for m in ("fine", "coarse")}
     pulls_s = len(profile.tensors) * 40e-6
     for m in ("fine", "coarse"):
         assert in_forward[m] - received[m] >= 0.8 * pulls_s

@@ -25,10 +25,10 @@ message_s + wakeup_s * min(1, gap_k / WAKEUP_SPACING_S) (`wakeup_weights`), its 
 Where it goes:
 - a worker: each tensor's push runs on backward's thread right after the tensor is ready (the
   gradient hook calls isend), so its layer's backward grows by one message and every later tensor
-  becomes ready that much later (`with_message_cpu`); its pulls are received as they arrive, one
-  after another on its CPU, after its backward (PULLS_RECEIVED_AS_THEY_ARRIVE: the fine method's
-  chain, `pull_receive_tail_s` in the coarse ones), so what their spacing on the wire hides costs
-  the step nothing. Where a worker's compute takes no CPU it is left
+  becomes ready that much later; each tensor's pull is charged to the forward of its layer, which
+  grows by one message (`with_message_cpu`). (PULLS_RECEIVED_AS_THEY_ARRIVE, off: receive the pulls
+  one after another on the worker's CPU as they arrive, so what their spacing on the wire hides
+  costs the step nothing; the fine method's chain, `pull_receive_tail_s` in the coarse ones.) Where a worker's compute takes no CPU it is left
   out: a profile measured on an accelerator (its `device` not a CPU; the host's CPU sends while the
   device computes), and a replay that sleeps (validation passes a zero `worker_cpu_s_per_message`).
 - a shard: each message it receives or sends, N copies in and N replies out per message in sync PS,
@@ -45,15 +45,19 @@ from sgdscale.placement import place_tensors
 from sgdscale.profile import Profile
 from sgdscale.strategy import Strategy
 
-# Where a worker's CPU receives its pulls. On: as each pull arrives, one after another (the fine
-# method's chain, `fine.ps.PsRun.pull_cpu`; the coarse methods' `pull_receive_tail_s`): a worker
-# posts its pull receives when its backward ends and its forward waits for its first layer, whose
-# reply comes back last, so its CPU receives the pulls while it waits, and only what the wire's
-# spacing does not hide delays it. Off: each pull's CPU is added to the forward of the layer that
-# needs it, in series after the last byte (`with_message_cpu(pulls=True)`). Measured on set 38's
-# real bert sync PS: workers computed 111-125 ms a step (forward and backward less their waits)
-# where the series charge made 126-141 ms (`benchmarks/pull_receive_tuning.py`).
-PULLS_RECEIVED_AS_THEY_ARRIVE = True
+# Where a worker's CPU receives its pulls; modelled, measured, not used. On: as each pull arrives,
+# one after another (the fine method's chain, `fine.ps.PsRun.pull_cpu`; the coarse methods'
+# `pull_receive_tail_s`): a worker posts its pull receives when its backward ends and its forward
+# waits for its first layer, whose reply comes back last, so its CPU receives the pulls while it
+# waits, and only what the wire's spacing does not hide delays it. Off: each pull's CPU is added to
+# the forward of the layer that needs it, in series after the last byte (`with_message_cpu`). Set
+# 38's real bert sync PS workers computed 111-125 ms a step where the series charge made 126-141 ms
+# (`benchmarks/ps_step_split.py`). On the kept real PS runs of sets 10-38 it left the fine method's
+# median as it was (8.4%) and moved its bias from +2.1% to +4.5%; at the runs' own compute speed
+# (sets 30-38) 9.3% -> 8.9%, bias -3.4% -> 0.0% (`benchmarks/pull_receive_tuning.py`). Held-out set
+# 39 was to decide it by the fine method's median: 10.1% off, 10.2% on (max 19.7% -> 26.2%; coarse
+# 13.2% -> 10.0%), so by the rule written before the set ran it is off.
+PULLS_RECEIVED_AS_THEY_ARRIVE = False
 
 # How far apart two messages must leave for the second to pay a whole wake-up of its own: the CPU per
 # message rises from netbench's burst figure to its spaced one over 0-2 ms of compute between
