@@ -523,7 +523,8 @@ class PsRun:
             have[w][m] = k
             if pull_cpu is None:
                 have_t[w][m] = arrival
-            else:  # received on w's CPU after the pulls before it (arrival order: on_pull's call order)
+            else:  # received on w's CPU after the pulls before it (arrival order: on_pull's call order);
+                # its cost is message_cpu.pull_cpu_s, inlined in the event loop
                 gap = arrival - last_arrival[w]
                 last_arrival[w] = arrival
                 start = received_until[w] if received_until[w] > arrival else arrival
