@@ -28,8 +28,8 @@ Where it goes:
   becomes ready that much later; each tensor's pull is charged to the forward of its layer, which
   grows by one message (`with_message_cpu`). (PULLS_RECEIVED_AS_THEY_ARRIVE, off: receive the pulls
   one after another on the worker's CPU as they arrive, so what their spacing on the wire hides
-  costs the step nothing; the fine method's chain, `pull_receive_tail_s` in the coarse ones.) Where a worker's compute takes no CPU it is left
-  out: a profile measured on an accelerator (its `device` not a CPU; the host's CPU sends while the
+  costs the step nothing; the fine method's chain, `pull_receive_tail_s` in the coarse ones.)
+  Where a worker's compute takes no CPU it is left out: a profile measured on an accelerator (its `device` not a CPU; the host's CPU sends while the
   device computes), and a replay that sleeps (validation passes a zero `worker_cpu_s_per_message`).
 - a shard: each message it receives or sends, N copies in and N replies out per message in sync PS,
   one each way in async PS, adds to its update of that message (`fine.dag.ps_plan`, the coarse
@@ -80,6 +80,13 @@ def with_message_cpu(profile: Profile, s_per_message: float, s_per_wakeup: float
     if key not in cache:
         cache[key] = _with_message_cpu(profile, s_per_message, s_per_wakeup, pulls)
     return cache[key]
+
+
+def receives_pulls_as_they_arrive(profile: Profile, s_per_message: float, s_per_wakeup: float) -> bool:
+    """Whether a prediction receives a worker's pulls as they arrive (PULLS_RECEIVED_AS_THEY_ARRIVE)
+    rather than in forward: only where the worker's compute takes CPU and its messages cost some."""
+    return (PULLS_RECEIVED_AS_THEY_ARRIVE and computes_on_cpu(profile)
+            and (s_per_message > 0 or s_per_wakeup > 0))
 
 
 def pull_cpu_s(s_per_message: float, s_per_wakeup: float, gap_s: float | None) -> float:

@@ -27,7 +27,8 @@ from sgdscale.comm.interference import compute_while_sending, interference_of, o
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale import message_cpu
-from sgdscale.message_cpu import computes_on_cpu, messages_per_shard, pull_receive_tail_s, with_message_cpu
+from sgdscale.message_cpu import (messages_per_shard, pull_receive_tail_s, receives_pulls_as_they_arrive,
+                                  with_message_cpu)
 from sgdscale.profile import Profile
 from sgdscale.result import Breakdown, Outcome
 from sgdscale.strategy import Strategy
@@ -72,8 +73,7 @@ def _pull_receive_tail_s(profile: Profile, cluster: Cluster, strategy: Strategy,
     (`message_cpu.pull_receive_tail_s`); 0 where its pulls are charged to forward instead, its
     compute takes no CPU, or its messages cost none."""
     nic = topology.nic
-    if (not message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE or not computes_on_cpu(profile)
-            or (nic.worker_cpu_s_per_message <= 0 and nic.worker_cpu_s_per_wakeup <= 0)):
+    if not receives_pulls_as_they_arrive(profile, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup):
         return 0.0
     sizes = [float(g.bytes) for g in group_gradients(profile, strategy, topology, cluster.workers)]
     return pull_receive_tail_s(sizes, wire_s, nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)

@@ -90,7 +90,7 @@ from sgdscale.fine.ps_accounting import outcome, reference_blocked
 from sgdscale.fine.ps_trace import PsTrace
 from sgdscale.grouping import ready_offsets_s
 from sgdscale import message_cpu
-from sgdscale.message_cpu import WAKEUP_SPACING_S, computes_on_cpu, with_message_cpu
+from sgdscale.message_cpu import WAKEUP_SPACING_S, receives_pulls_as_they_arrive, with_message_cpu
 from sgdscale.profile import Profile
 from sgdscale.result import Outcome, TimelineSpec, timeline_spec
 from sgdscale.strategy import Strategy
@@ -315,10 +315,8 @@ class PsRun:
         self.shard_clocks = node_clocks(quota, shards, first_node=n)
         # (message_s, wakeup_s): a worker's CPU per pull received, where it receives them as they
         # arrive (message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE; None: charged to forward, or nothing to charge)
-        nic = topology.nic
-        self.pull_cpu = ((nic.worker_cpu_s_per_message, nic.worker_cpu_s_per_wakeup)
-                         if message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE and computes_on_cpu(profile)
-                         and (nic.worker_cpu_s_per_message > 0 or nic.worker_cpu_s_per_wakeup > 0) else None)
+        costs = (topology.nic.worker_cpu_s_per_message, topology.nic.worker_cpu_s_per_wakeup)
+        self.pull_cpu = costs if receives_pulls_as_they_arrive(profile, *costs) else None
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
