@@ -6,8 +6,8 @@ step; any sigma breaks it. This re-predicts the kept async-PS runs of the named 
 sigma, with each sender count's own sigma, and with sigma fixed at 0, 0.05 and 0.1 (coarse, which
 has no sigma, for reference), and prints fine / coarse errors against the median measurement.
 
-    .venv/bin/python benchmarks/async_sigma_sensitivity.py [--sets heldout12,heldout15]
-Raw output: benchmarks/results/async_sigma_sensitivity.md.
+    .venv/bin/python benchmarks/async_sigma_sensitivity.py [--sets heldout12,heldout15] [--output NAME]
+Raw output: benchmarks/results/<output>.md (async_sigma_sensitivity by default).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def errors(sets: list[str], mode) -> list[tuple[str, float, float]]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="heldout12,heldout15")
+    parser.add_argument("--output", default="async_sigma_sensitivity")
     args = parser.parse_args(argv)
     table = {mode: errors(args.sets.split(","), mode) for mode in MODES}
     keys = [row[0] for row in table[MODES[0]]]
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
         lines.append(f"| {key} | " + " | ".join(f"{table[m][i][1]:+.1%} / {table[m][i][2]:+.1%}" for m in MODES) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
-    (HERE / "results" / "async_sigma_sensitivity.md").write_text(text)
+    (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 
 
