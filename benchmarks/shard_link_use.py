@@ -1,0 +1,230 @@
+"""Is a parameter server's link idle or slow? Its bytes sampled during real runs. (needs root and torch)
+
+Set 40's async PS case with 6 workers moved 23% fewer bytes through the shard than its link
+carries point to point, where the fine method has the shard's link busy 86% of the time. A link
+that moves fewer bytes is either idle part of the time (the workers do not keep it fed: a
+coordination effect the simulator should reproduce) or busy but slow (flows sharing it lose rate:
+a transport effect the network file should carry). This tells the two apart: it runs the case on
+the emulated cluster (`sgdscale train --replay --emulate`) while sampling the shard node's veth byte
+counters (kernel statistics, both directions) every `--interval-ms`, and reports, over the
+measured window, the rate per bin against the point-to-point rate of the network file: the share of
+bins idle (< 20%), busy at full rate (>= 80%) and in between, and the mean rate of the busy bins.
+Beside it, the fine and coarse predictions of the same case and the fine method's busy share of the
+shard's NIC (`sgdscale predict --json`'s utilization).
+
+    .venv/bin/python benchmarks/shard_link_use.py --network FILE [--profile gpt2] [--workers 3,6]
+        [--strategy ps-async] [--bandwidth 400Mbit] [--quota 0.28] [--iterations 45] [--rounds 2]
+        [--output shard_link_use]
+Writes benchmarks/results/<output>.{md,json} and each run's measurement and sampled counters in <output>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CLI = [sys.executable, "-m", "sgdscale.cli"]
+NET = Path("/sys/class/net")
+IDLE, FULL = 0.2, 0.8  # a bin's rate against the point-to-point rate
+
+
+def find_veth(node: int, timeout_s: float = 120.0) -> str | None:
+    """The host end of `node`'s veth of the one testbed running (names end in 'v<node>')."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        names = [p.name for p in NET.iterdir() if p.name.startswith("sgs") and p.name.endswith(f"v{node}")]
+        if names:
+            return names[0]
+        time.sleep(0.05)
+    return None
+
+
+def tbf_drops(argv: list[str]) -> int | None:
+    """Packets the tbf qdisc of `tc ... -s qdisc show dev X` dropped (its queue was full)."""
+    done = subprocess.run(argv, capture_output=True, text=True)
+    match = re.search(r"dropped (\d+)", done.stdout)
+    return int(match.group(1)) if match else None
+
+
+def sample(node: int, interval_s: float, stop: threading.Event, rows: list[tuple[float, int, int]],
+           drops: list[tuple[float, int | None, int | None]]) -> None:
+    """(unix time, bytes into the node, bytes out of it): the host end's tx is what the node receives.
+    Every second also the packets each direction's tbf dropped (into the node: the bridge end's qdisc;
+    out of it: the node's own)."""
+    veth = find_veth(node)
+    if veth is None:
+        return
+    netns = veth[: -len(f"v{node}")] + f"n{node}"
+    stats = NET / veth / "statistics"
+    next_drops = 0.0
+    while not stop.is_set():
+        try:
+            into = int((stats / "tx_bytes").read_text())
+            out = int((stats / "rx_bytes").read_text())
+        except OSError:  # the testbed is gone
+            return
+        now = time.time()
+        rows.append((now, into, out))
+        if now >= next_drops:
+            drops.append((now, tbf_drops(["tc", "-s", "qdisc", "show", "dev", veth]),
+                          tbf_drops(["tc", "-n", netns, "-s", "qdisc", "show", "dev", "eth0"])))
+            next_drops = now + 1.0
+        time.sleep(interval_s)
+
+
+def dropped_in(drops: list[tuple[float, int | None, int | None]], start: float, end: float) -> tuple:
+    """Packets dropped into and out of the node between the first and last drop sample inside the window."""
+    inside = [d for d in drops if start <= d[0] <= end and d[1] is not None and d[2] is not None]
+    if len(inside) < 2:
+        return None, None
+    return inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2]
+
+
+def window(measurement: dict) -> tuple[float, float]:
+    """The measured window: from the last worker's first measured iteration to the first worker's end."""
+    starts, ends = [], []
+    for worker in measurement["workers"]:
+        starts.append(worker["iteration_start_s"][0])
+        ends.append(worker["iteration_start_s"][-1] + worker["iteration_s"][-1])
+    return max(starts), min(ends)
+
+
+def bins(rows: list[tuple[float, int, int]], start: float, end: float, column: int) -> list[float]:
+    """Bytes per second between consecutive samples inside [start, end]."""
+    rates = []
+    for (t0, *a), (t1, *b) in zip(rows, rows[1:]):
+        if t0 >= start and t1 <= end and t1 > t0:
+            rates.append((b[column - 1] - a[column - 1]) / (t1 - t0))
+    return rates
+
+
+def shares(rates: list[float], p2p_bps: float) -> dict:
+    full = p2p_bps / 8
+    busy = [r for r in rates if r >= IDLE * full]
+    return {"mean_of_p2p": statistics.fmean(rates) / full if rates else None,
+            "idle": sum(r < IDLE * full for r in rates) / len(rates),
+            "full": sum(r >= FULL * full for r in rates) / len(rates),
+            "between": sum(IDLE * full <= r < FULL * full for r in rates) / len(rates),
+            "busy_mean_of_p2p": statistics.fmean(busy) / full if busy else None,
+            "bins": len(rates)}
+
+
+def predict(args: argparse.Namespace, workers: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "p.json"
+        done = subprocess.run(CLI + ["predict", args.profile, "--strategy", args.strategy, "--ps", "1",
+                                     "--workers", str(workers), "--network", args.network,
+                                     "--cpu-per-node", str(args.quota), "--json", str(out)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"predict failed:\n{done.stderr}")
+        results = json.loads(out.read_text())["results"]
+    fine = next(r for r in results if r["method"] == "fine")
+    coarse = next(r for r in results if r["method"] == "coarse")
+    return {"fine": fine["throughput"], "coarse": coarse["throughput"],
+            "fine_in": fine["utilization"].get("server 0 NIC in"),
+            "fine_out": fine["utilization"].get("server 0 NIC out")}
+
+
+def run_case(args: argparse.Namespace, workers: int, out: Path) -> dict:
+    rows: list[tuple[float, int, int]] = []
+    drops: list[tuple[float, int | None, int | None]] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample, args=(workers, args.interval_ms / 1e3, stop, rows, drops),
+                               daemon=True)
+    sampler.start()
+    done = subprocess.run(CLI + ["train", args.profile, "--replay", "--workers", str(workers),
+                                 "--strategy", args.strategy, "--ps", "1", "--emulate",
+                                 "--bandwidth", args.bandwidth, "--cpu-quota", str(args.quota),
+                                 "--iterations", str(args.iterations), "--timeout", "900s",
+                                 "-o", str(out)], capture_output=True, text=True)
+    stop.set()
+    sampler.join()
+    if done.returncode != 0:
+        sys.exit(f"train failed:\n{done.stderr}")
+    measurement = json.loads(out.read_text())  # kept beside the report, with the counters sampled
+    with gzip.open(out.with_suffix(".link.json.gz"), "wt") as f:
+        json.dump({"columns": ["unix_s", "bytes_into_node", "bytes_out_of_node"], "rows": rows,
+                   "drops": {"columns": ["unix_s", "into_node", "out_of_node"], "rows": drops}}, f)
+    start, end = window(measurement)
+    dropped_into, dropped_out = dropped_in(drops, start, end)
+    cpu = measurement["environment"].get("cpu", {})
+    return {"throughput": measurement["throughput"], "window_s": end - start,
+            "samples": len(rows), "into": bins(rows, start, end, 1), "out": bins(rows, start, end, 2),
+            "dropped_into": dropped_into, "dropped_out": dropped_out,
+            "other_load_cores": cpu.get("other_load_cores"),
+            "shard_cores": cpu["nodes"][-1]["received_cores"] if cpu.get("nodes") else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--network", required=True, help="the measured network file of this cluster")
+    parser.add_argument("--profile", default="gpt2")
+    parser.add_argument("--workers", default="3,6")
+    parser.add_argument("--strategy", default="ps-async")
+    parser.add_argument("--bandwidth", default="400Mbit")
+    parser.add_argument("--quota", type=float, default=0.28)
+    parser.add_argument("--iterations", type=int, default=45)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--interval-ms", type=float, default=20.0)
+    parser.add_argument("--output", default="shard_link_use")
+    args = parser.parse_args()
+    counts = [int(w) for w in args.workers.split(",")]
+    p2p_bps = 1 / json.loads(Path(args.network).read_text())["p2p"]["beta_s_per_byte"] * 8
+    predicted = {w: predict(args, w) for w in counts}
+    runs: dict[int, list[dict]] = {w: [] for w in counts}
+    out = HERE / "results" / args.output
+    out.mkdir(parents=True, exist_ok=True)
+    for rnd in range(args.rounds):  # interleaved: round by round, every worker count
+        for w in counts:
+            case = run_case(args, w, out / f"w{w}-r{rnd + 1}.json")
+            runs[w].append(case)
+            print(f"round {rnd + 1}, {w} workers: {case['throughput']:.2f} samples/s, "
+                  f"{case['samples']} samples, window {case['window_s']:.1f} s, tbf drops into / out of the "
+                  f"shard {case['dropped_into']} / {case['dropped_out']}, other load {case['other_load_cores']}",
+                  flush=True)
+
+    lines = [f"# Is the shard's link idle or slow? ({args.strategy}, {args.profile} replay, {args.bandwidth}, "
+             f"{args.quota} cores per node)", "",
+             f"Generated by `benchmarks/shard_link_use.py {' '.join(sys.argv[1:])}`. The shard node's veth "
+             f"counters sampled every {args.interval_ms:g} ms over each run's measured window; a bin's rate "
+             f"against the network file's point-to-point rate ({p2p_bps / 8e6:.1f} MB/s): idle < {IDLE:.0%}, "
+             f"full >= {FULL:.0%}. `in`: pushes arriving at the shard; `out`: its replies. Fine's busy share: "
+             f"`predict --json`'s utilization of the shard's NIC.", "",
+             "| workers | round | measured (samples/s) | fine | coarse | direction | mean rate / p2p | idle bins | "
+             "full-rate bins | between | busy bins' mean / p2p | fine's busy share | tbf drops | shard cores | "
+             "other load (cores) |",
+             "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    record = {"args": vars(args), "p2p_bps": p2p_bps, "predicted": predicted, "runs": {}}
+    for w in counts:
+        p = predicted[w]
+        record["runs"][w] = []
+        for i, case in enumerate(runs[w]):
+            entry = {k: case[k] for k in ("throughput", "window_s", "dropped_into", "dropped_out",
+                                          "other_load_cores", "shard_cores")}
+            for direction, fine_share in (("in", p["fine_in"]), ("out", p["fine_out"])):
+                s = shares(case["into" if direction == "in" else "out"], p2p_bps)
+                entry[direction] = s
+                lines.append(f"| {w} | {i + 1} | {case['throughput']:.2f} | {p['fine']:.2f} | {p['coarse']:.2f} | "
+                             f"{direction} | {s['mean_of_p2p']:.0%} | {s['idle']:.0%} | {s['full']:.0%} | "
+                             f"{s['between']:.0%} | {s['busy_mean_of_p2p']:.0%} | {fine_share:.0%} | "
+                             f"{case['dropped_' + ('into' if direction == 'in' else 'out')]} | "
+                             f"{case['shard_cores']:.3f} | {case['other_load_cores']:.2f} |")
+            record["runs"][w].append(entry)
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
