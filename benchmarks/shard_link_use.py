@@ -120,21 +120,58 @@ def shares(rates: list[float], p2p_bps: float) -> dict:
             "bins": len(rates)}
 
 
+PHASES = ("pushes only", "both", "replies only", "neither")
+
+
+def phase_shares(into: list[float], out: list[float], p2p_bps: float) -> dict[str, float]:
+    """Share of the bins in which only pushes arrive, both directions move, only replies leave, or neither."""
+    full = p2p_bps / 8
+    counts = dict.fromkeys(PHASES, 0)
+    for a, b in zip(into, out):
+        busy_in, busy_out = a >= IDLE * full, b >= IDLE * full
+        counts[PHASES[0] if busy_in and not busy_out else PHASES[1] if busy_in else
+               PHASES[2] if busy_out else PHASES[3]] += 1
+    return {k: v / max(1, len(into)) for k, v in counts.items()}
+
+
+def predicted_phase_shares(trace: dict) -> dict[str, float]:
+    """The same shares in the fine method's timeline: the shard's link is busy in while any worker's
+    `nic up` slice runs (one shard: every push goes to it), out while any `nic down` slice runs."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    spans: dict[str, list[tuple[float, float]]] = {"nic up": [], "nic down": []}
+    for e in events:
+        name = threads.get((e.get("pid"), e.get("tid")))
+        if e.get("ph") == "X" and name in spans:
+            spans[name].append((e["ts"], e["ts"] + e["dur"]))
+    edges = sorted({t for v in spans.values() for span in v for t in span})
+    shares = dict.fromkeys(PHASES, 0.0)
+    for t0, t1 in zip(edges, edges[1:]):
+        mid = (t0 + t1) / 2
+        busy_in = any(a <= mid < b for a, b in spans["nic up"])
+        busy_out = any(a <= mid < b for a, b in spans["nic down"])
+        shares[PHASES[0] if busy_in and not busy_out else PHASES[1] if busy_in else
+               PHASES[2] if busy_out else PHASES[3]] += t1 - t0
+    total = sum(shares.values()) or 1.0
+    return {k: v / total for k, v in shares.items()}
+
+
 def predict(args: argparse.Namespace, workers: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "p.json"
+        out, trace = Path(tmp) / "p.json", Path(tmp) / "t.json"
         done = subprocess.run(CLI + ["predict", args.profile, "--strategy", args.strategy, "--ps", "1",
                                      "--workers", str(workers), "--network", args.network,
-                                     "--cpu-per-node", str(args.quota), "--json", str(out)],
+                                     "--cpu-per-node", str(args.quota), "--json", str(out), "--trace", str(trace)],
                               capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"predict failed:\n{done.stderr}")
         results = json.loads(out.read_text())["results"]
+        phases = predicted_phase_shares(json.loads(trace.read_text()))
     fine = next(r for r in results if r["method"] == "fine")
     coarse = next(r for r in results if r["method"] == "coarse")
     return {"fine": fine["throughput"], "coarse": coarse["throughput"],
             "fine_in": fine["utilization"].get("server 0 NIC in"),
-            "fine_out": fine["utilization"].get("server 0 NIC out")}
+            "fine_out": fine["utilization"].get("server 0 NIC out"), "fine_phases": phases}
 
 
 def run_case(args: argparse.Namespace, workers: int, out: Path) -> dict:
@@ -192,6 +229,17 @@ def report(record: dict, argv: list[str], pool_set: str | None) -> str:
                              f"{s['between']:.0%} | {s['busy_mean_of_p2p']:.0%} | {p['fine_' + direction]:.0%} | "
                              f"{e['dropped_' + ('into' if direction == 'in' else 'out')]} | "
                              f"{e['shard_cores']:.3f} | {e['other_load_cores']:.2f} |")
+    if all("phases" in e for entries in record["runs"].values() for e in entries):
+        lines += ["", "How the two directions overlap: the share of the window (measured: of the 20 ms bins; fine: of "
+                  "its timeline, `predict --trace`) in which only pushes arrive, both directions move, only replies "
+                  "leave, or neither.", "",
+                  "| workers | run | " + " | ".join(PHASES) + " |", "|---:|---|" + "---:|" * len(PHASES)]
+        for w, entries in record["runs"].items():
+            for i, e in enumerate(entries):
+                lines.append(f"| {w} | measured, round {i + 1} | " + " | ".join(f"{e['phases'][k]:.0%}" for k in PHASES) + " |")
+            fine_phases = record["predicted"][w].get("fine_phases")
+            if fine_phases:
+                lines.append(f"| {w} | fine | " + " | ".join(f"{fine_phases[k]:.0%}" for k in PHASES) + " |")
     if pool_set:
         kept = json.loads((HERE / "results" / f"accuracy-{pool_set}" / "results.json").read_text())["cases"]
         lines += ["", f"Pooled with the runs of {pool_set} (`--pool-set {pool_set}`; its network file is the one "
@@ -262,6 +310,7 @@ def measure(args: argparse.Namespace, out: Path) -> dict:
             entry = {k: case[k] for k in ("throughput", "window_s", "dropped_into", "dropped_out",
                                           "other_load_cores", "shard_cores")}
             entry["in"], entry["out"] = shares(case["into"], p2p_bps), shares(case["out"], p2p_bps)
+            entry["phases"] = phase_shares(case["into"], case["out"], p2p_bps)
             record["runs"][str(w)].append(entry)
     return record
 
