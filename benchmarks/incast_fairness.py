@@ -28,6 +28,23 @@ HERE = Path(__file__).resolve().parent
 TARGET = "incast_fairness:rank_target"
 
 
+def completion_times(works: dict, start: float) -> dict:
+    """When each posted receive completed, seconds from `start`: one waiting thread per receive, because
+    gloo completes them apart and `Work.is_completed` does not report a gloo receive until it is waited on."""
+    done: dict = {}
+
+    def wait_for(key) -> None:
+        works[key].wait()
+        done[key] = time.perf_counter() - start
+
+    threads = [threading.Thread(target=wait_for, args=(key,)) for key in works]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return done
+
+
 def rank_target(ctx) -> dict:
     import torch
     import torch.distributed as dist
@@ -46,17 +63,7 @@ def rank_target(ctx) -> dict:
                 buffers = [torch.empty_like(tensor) for _ in range(1, world)] if config["fresh"] else kept
                 start = time.perf_counter()
                 works = {src: dist.irecv(buf, src=src) for src, buf in zip(range(1, world), buffers)}
-                done: dict[int, float] = {}
-
-                def wait_for(src: int) -> None:  # one waiting thread per sender: gloo completes them apart
-                    works[src].wait()
-                    done[src] = time.perf_counter() - start
-
-                threads = [threading.Thread(target=wait_for, args=(src,)) for src in works]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
+                done = completion_times(works, start)
                 if repeat >= config["warmup"]:
                     rows.append([done[src] for src in sorted(done)])
             else:

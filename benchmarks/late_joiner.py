@@ -25,9 +25,10 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
+
+from incast_fairness import completion_times
 
 HERE = Path(__file__).resolve().parent
 TARGET = "late_joiner:rank_target"
@@ -60,18 +61,9 @@ def rank_target(ctx) -> dict:
             dist.barrier()
             start = time.perf_counter()
             finish: dict[str, float] = {}
-            if rank == 0:  # one waiting thread per message: each notes when its bytes were in
-                recvs = {f"{s}.{k}": dist.irecv(inboxes[s][k], src=s) for s in active for k in (0, 1)}
-
-                def note(key: str) -> None:
-                    recvs[key].wait()
-                    finish[key] = time.perf_counter() - start
-
-                waiting = [threading.Thread(target=note, args=(s,)) for s in recvs]
-                for thread in waiting:
-                    thread.start()
-                for thread in waiting:
-                    thread.join()
+            if rank == 0:
+                finish = completion_times({f"{s}.{k}": dist.irecv(inboxes[s][k], src=s)
+                                           for s in active for k in (0, 1)}, start)
             elif rank in active:
                 if rank == late and mode != "alone":
                     time.sleep(config["late_s"])
