@@ -14,7 +14,7 @@ late sender's finish against processor sharing (equal shares while all move, at 
 alone measured).
 
     .venv/bin/python benchmarks/late_joiner.py [--bandwidth 250Mbit] [--cpu-quota 0.28] [--senders 3]
-        [--mbytes 14] [--first-mbytes 5.12] [--late-ms 130] [--idle-s 2] [--repeats 4] [--tag NAME]
+        [--mbytes 14] [--first-mbytes 5.12] [--late-ms 130] [--idle-s 2] [--repeats 4] [--no-slow-start-after-idle] [--tag NAME]
 Raw output: benchmarks/results/late_joiner-<tag>.{md,json}.
 """
 
@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -95,6 +96,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--idle-s", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--no-slow-start-after-idle", action="store_true",
+                        help="set net.ipv4.tcp_slow_start_after_idle=0 on every node (Linux restarts an idle "
+                             "connection from a small window by default)")
     parser.add_argument("--tag", default="250Mbit-q0.28")
     args = parser.parse_args(argv)
     from sgdscale.runtime.launch import launch
@@ -107,6 +111,10 @@ def main(argv: list[str]) -> int:
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     world = args.senders + 1
     with Testbed(world, parse_bandwidth_bps(args.bandwidth), args.cpu_quota, pin_cpus=True) as bed:
+        if args.no_slow_start_after_idle:  # per network namespace: every node keeps its window while idle
+            for node in range(world):
+                subprocess.run(["ip", "netns", "exec", bed.netns(node), "sysctl", "-qw",
+                                "net.ipv4.tcp_slow_start_after_idle=0"], check=True)
         result = launch(TARGET, config, world, placement=bed, timeout_s=600, env=env)
     rows = next(r["rows"] for r in result.results if r["rank"] == 0)
     alone = statistics.median(f["1.1"] for f in rows["alone"])
@@ -122,7 +130,8 @@ def main(argv: list[str]) -> int:
              f"from the common barrier, median (min-max) of {args.repeats}. One sender alone: {alone * 1e3:.0f} ms "
              f"for all {args.mbytes:g} MB. Equal sharing (processor sharing at that rate) has the late sender's "
              f"first message in at {fair_first * 1e3:.0f} ms and all of it at {fair * 1e3:.0f} ms. `idle`: the pairs "
-             f"idle {args.idle_s:g} s before; `warm`: each pair just moved 4 KB.", "",
+             f"idle {args.idle_s:g} s before; `warm`: each pair just moved 4 KB. TCP slow start after idle: "
+             f"{'off' if args.no_slow_start_after_idle else 'on (the kernel default)'}.", "",
              "| mode | message | " + " | ".join(f"sender {s}{' (late)' if s == args.senders else ''}" for s in
                                                 range(1, args.senders + 1)) + " | late one / equal sharing |",
              "|---|---|" + "---:|" * (args.senders + 1)]
@@ -134,11 +143,11 @@ def main(argv: list[str]) -> int:
                 cells.append(f"{statistics.median(values) * 1e3:.0f} ({min(values) * 1e3:.0f}-{max(values) * 1e3:.0f}) ms")
             late = statistics.median(f[f"{args.senders}.{k}"] for f in rows[mode])
             lines.append(f"| {mode} | {label} | " + " | ".join(cells) + f" | {late / expected:.2f} |")
-    out = HERE / "results" / f"late_joiner-{args.tag}"
-    out.with_suffix(".json").write_text(json.dumps({"args": vars(args), "rows": rows, "alone_s": alone,
+    out = HERE / "results" / f"late_joiner-{args.tag}"  # the tag may hold dots: no with_suffix
+    Path(f"{out}.json").write_text(json.dumps({"args": vars(args), "rows": rows, "alone_s": alone,
                                                     "fair_late_s": fair,
                                                     "fair_late_first_s": fair_first}, indent=1) + "\n")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
