@@ -33,6 +33,9 @@ import threading
 import time
 from pathlib import Path
 
+from sgdscale.runtime.measurement import common_window, measurement_from_json
+from sgdscale.runtime.testbed import NAME_STEM
+
 HERE = Path(__file__).resolve().parent
 CLI = [sys.executable, "-m", "sgdscale.cli"]
 NET = Path("/sys/class/net")
@@ -43,7 +46,7 @@ def find_veth(node: int, timeout_s: float = 120.0) -> str | None:
     """The host end of `node`'s veth of the one testbed running (names end in 'v<node>')."""
     deadline = time.time() + timeout_s
     while time.time() < deadline:
-        names = [p.name for p in NET.iterdir() if p.name.startswith("sgs") and p.name.endswith(f"v{node}")]
+        names = [p.name for p in NET.iterdir() if p.name.startswith(NAME_STEM) and p.name.endswith(f"v{node}")]
         if names:
             return names[0]
         time.sleep(0.05)
@@ -91,15 +94,6 @@ def dropped_in(drops: list[tuple[float, int | None, int | None]], start: float, 
     return inside[-1][1] - inside[0][1], inside[-1][2] - inside[0][2]
 
 
-def window(measurement: dict) -> tuple[float, float]:
-    """The measured window: from the last worker's first measured iteration to the first worker's end."""
-    starts, ends = [], []
-    for worker in measurement["workers"]:
-        starts.append(worker["iteration_start_s"][0])
-        ends.append(worker["iteration_start_s"][-1] + worker["iteration_s"][-1])
-    return max(starts), min(ends)
-
-
 def bins(rows: list[tuple[float, int, int]], start: float, end: float, column: int) -> list[float]:
     """Bytes per second between consecutive samples inside [start, end]."""
     rates = []
@@ -123,14 +117,16 @@ def shares(rates: list[float], p2p_bps: float) -> dict:
 PHASES = ("pushes only", "both", "replies only", "neither")
 
 
+def phase(busy_in: bool, busy_out: bool) -> str:
+    return PHASES[0] if busy_in and not busy_out else PHASES[1] if busy_in else PHASES[2] if busy_out else PHASES[3]
+
+
 def phase_shares(into: list[float], out: list[float], p2p_bps: float) -> dict[str, float]:
     """Share of the bins in which only pushes arrive, both directions move, only replies leave, or neither."""
     full = p2p_bps / 8
     counts = dict.fromkeys(PHASES, 0)
     for a, b in zip(into, out):
-        busy_in, busy_out = a >= IDLE * full, b >= IDLE * full
-        counts[PHASES[0] if busy_in and not busy_out else PHASES[1] if busy_in else
-               PHASES[2] if busy_out else PHASES[3]] += 1
+        counts[phase(a >= IDLE * full, b >= IDLE * full)] += 1
     return {k: v / max(1, len(into)) for k, v in counts.items()}
 
 
@@ -148,10 +144,8 @@ def predicted_phase_shares(trace: dict) -> dict[str, float]:
     shares = dict.fromkeys(PHASES, 0.0)
     for t0, t1 in zip(edges, edges[1:]):
         mid = (t0 + t1) / 2
-        busy_in = any(a <= mid < b for a, b in spans["nic up"])
-        busy_out = any(a <= mid < b for a, b in spans["nic down"])
-        shares[PHASES[0] if busy_in and not busy_out else PHASES[1] if busy_in else
-               PHASES[2] if busy_out else PHASES[3]] += t1 - t0
+        shares[phase(any(a <= mid < b for a, b in spans["nic up"]),
+                     any(a <= mid < b for a, b in spans["nic down"]))] += t1 - t0
     total = sum(shares.values()) or 1.0
     return {k: v / total for k, v in shares.items()}
 
@@ -194,7 +188,7 @@ def run_case(args: argparse.Namespace, workers: int, out: Path) -> dict:
     with gzip.open(out.with_suffix(".link.json.gz"), "wt") as f:
         json.dump({"columns": ["unix_s", "bytes_into_node", "bytes_out_of_node"], "rows": rows,
                    "drops": {"columns": ["unix_s", "into_node", "out_of_node"], "rows": drops}}, f)
-    start, end = window(measurement)
+    start, end = common_window(measurement_from_json(measurement, str(out)).workers)
     dropped_into, dropped_out = dropped_in(drops, start, end)
     cpu = measurement["environment"].get("cpu", {})
     return {"throughput": measurement["throughput"], "window_s": end - start,

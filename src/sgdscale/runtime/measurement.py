@@ -183,14 +183,21 @@ def iteration_stats(times: list[float]) -> Stats:
     return Stats(mean=float(values.mean()), p50=float(np.percentile(values, 50)), p95=float(np.percentile(values, 95)))
 
 
+def common_window(workers: list[WorkerRecord]) -> tuple[float, float]:
+    """(start, end), unix seconds: from the last worker's first measured iteration to the first
+    worker's last one's end, the window in which every worker was measuring."""
+    return (max(w.iteration_start_s[0] for w in workers),
+            min(w.iteration_start_s[-1] + w.iteration_s[-1] for w in workers))
+
+
 def window_throughput(workers: list[WorkerRecord], batch_size: int) -> float:
     """Samples/s while every worker was in its measured iterations (see module docstring)."""
-    starts = [w.iteration_start_s[0] for w in workers]
-    ends = [w.iteration_start_s[-1] + w.iteration_s[-1] for w in workers]
-    lo, hi = max(starts), min(ends)
+    lo, hi = common_window(workers)
     if hi <= lo:  # no common window (should not happen): whole span instead
         total = sum(len(w.iteration_s) for w in workers) * batch_size
-        return total / (max(ends) - min(starts))
+        span = (max(w.iteration_start_s[-1] + w.iteration_s[-1] for w in workers)
+                - min(w.iteration_start_s[0] for w in workers))
+        return total / span
     samples = 0.0
     for worker in workers:
         for start, length in zip(worker.iteration_start_s, worker.iteration_s):
