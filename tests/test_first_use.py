@@ -63,12 +63,12 @@ def test_table_fits_80_columns(capsys, monkeypatch):
     assert code == 0, err
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Predicted data-parallel"))
-    end = next(i for i, line in enumerate(lines) if line.startswith("What limits it"))
+    end = next(i for i, line in enumerate(lines) if line.startswith(("80% range:", "What limits it")))
     table = lines[start:end]
     assert all(len(line) <= 80 for line in table), "\n".join(table)
     assert not any("…" in line or "..." in line for line in table), "\n".join(table)
     text = "\n".join(table)
-    for header in ("workers", "method", "samples/s", "speedup", "effic.", "wait", "limited"):
+    for header in ("workers", "method", "samples/s", "80% range", "speedup", "effic.", "wait", "limited"):
         assert header in text
     assert "server NIC" in text  # "limited by" values are whole too
 

@@ -75,5 +75,8 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
         cpu_per_node=cpu_per_node, interference=interference)
     prediction = run(load_profile(profile), resolved, plan, comm, counts, methods, iterations=iterations,
                      warmup=warmup, seed=seed, variability=variability, profile_source=profile)
+    from sgdscale.heldout_ranges import attach, network_source
+
+    attach(prediction, network_source(network, cpu_per_node))
     # The JSON round trip gives exactly what --json writes (plain lists, floats, no dataclasses).
     return json.loads(json.dumps(prediction.to_json()))

@@ -87,6 +87,9 @@ class Result:
     levels: dict[str, float] = field(default_factory=dict)  # level -> busy seconds per step
     limited_by: str = ""  # compute, stragglers, NIC, intra-node link, server NIC, server update
     predict_time_s: float = 0.0  # how long the predictor took
+    # How far held-out runs fell from such predictions (sgdscale.heldout_ranges): {low, high
+    # samples/s, coverage, cases, ...}, or {reason} where the held-out sets did not cover the case
+    likely_range: dict[str, Any] | None = None
     timeline: list[TraceEvent] | None = field(default=None, repr=False)
 
     @classmethod

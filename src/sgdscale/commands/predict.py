@@ -228,11 +228,12 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
 
     from sgdscale.predict import predict
     from sgdscale.profile import load_profile
+    from sgdscale.report.table import FULL_WIDTH
     from sgdscale.strategy import MIB, Strategy
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:  # a file or pipe: room for the full table
-        console = Console(width=120)
+        console = Console(width=FULL_WIDTH)
     err = Console(stderr=True)
     methods = {"fine": ["fine"], "coarse": ["coarse"], "both": ["fine", "coarse"]}.get(method)
     if methods is None:
@@ -271,13 +272,19 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
                              seed=seed, variability=not no_variability, timeline=bool(trace_path),
                              profile_source=profile, progress=report)
 
-    from sgdscale.report.table import bottleneck_lines, header_line, prediction_table, remark_lines
+    from sgdscale.heldout_ranges import attach, network_source
+
+    attach(prediction, network_source(network_file, cpu_per_node))
+
+    from sgdscale.report.table import bottleneck_lines, header_line, prediction_table, range_lines, remark_lines
 
     note = calibration_line(measured, loaded)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
     console.print(header_line(prediction), highlight=False, soft_wrap=True)
     console.print(prediction_table(prediction, console.width))
+    for line in range_lines(prediction):
+        console.print(line, highlight=False, soft_wrap=True)
     console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
     for line in bottleneck_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)

@@ -54,7 +54,8 @@ def _title(inputs: dict[str, Any]) -> str:
 
 
 def plot_prediction(prediction: Prediction, path: str | os.PathLike[str]) -> None:
-    """Throughput vs workers per method (with ideal linear scaling), and the per-step breakdown.
+    """Throughput vs workers per method (with ideal linear scaling and, where stated, the 80% range
+    of held-out runs as error bars), and the per-step breakdown.
 
     The breakdown panel shows the fine method's compute / exposed communication / wait per worker
     count (the coarse one when fine is absent), each bar labelled with what limits it (`limited_by`,
@@ -81,6 +82,13 @@ def prediction_figure(prediction: Prediction):
         style = _METHOD_STYLE.get(method, {"marker": "D"})
         ax_tp.plot([r.workers for r in rows], [r.throughput for r in rows], label=f"{method}-grained",
                    linewidth=1.8, **style)
+        ranged = [r for r in rows if r.likely_range and "low" in r.likely_range]
+        if ranged:  # the 80% range held-out runs gave such predictions (sgdscale.heldout_ranges)
+            ax_tp.errorbar([r.workers for r in ranged], [r.throughput for r in ranged],
+                           yerr=[[r.throughput - r.likely_range["low"] for r in ranged],
+                                 [r.likely_range["high"] - r.throughput for r in ranged]],
+                           fmt="none", ecolor=style.get("color"), capsize=4, alpha=0.6,
+                           label=f"{method}: 80% range of held-out runs")
     if results:
         # Ideal: the one-worker throughput times N (the same baseline as the results' speedup).
         reference = [r for r in results if r.method == breakdown_method]

@@ -60,21 +60,22 @@ def header_line(prediction: Prediction) -> str:
             f"seed {inputs['seed']}")
 
 
-FULL_WIDTH = 110  # narrower consoles get the compact table (no p95 and compute columns)
+FULL_WIDTH = 130  # narrower consoles get the compact table (no step mean, p95 and compute columns)
 
 
 def prediction_table(prediction: Prediction, width: int | None = None) -> Table:
     """Numbers only; the bottleneck sentences follow the table (`bottleneck_lines`). Below
-    `FULL_WIDTH` columns the step p95 and compute columns are left out (both are in --json) and
+    `FULL_WIDTH` columns the step mean, p95 and compute columns are left out (all are in --json) and
     columns are one space apart, so the table fits an 80-column terminal without cut headers."""
     compact = width is not None and width < FULL_WIDTH
-    title = "Predicted data-parallel training speed" + (" (step p95 and compute: --json)" if compact else "")
+    title = "Predicted data-parallel training speed" + (" (step times and compute: --json)" if compact else "")
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                   padding=0 if compact else (0, 1), show_edge=not compact)  # compact: one space between
-    columns = [("workers", "right"), ("method", "left"), ("samples/s", "right"), ("step mean", "right"),
+    columns = [("workers", "right"), ("method", "left"), ("samples/s", "right"), ("80% range", "right"),
+               ("step mean", "right"),
                ("step p95", "right"), ("speedup", "right"), ("effic.", "right"), ("compute", "right"),
                ("exposed comm", "right"), ("wait", "right"), ("limited by", "left")]
-    skip = {"step p95", "compute"} if compact else set()
+    skip = {"step mean", "step p95", "compute"} if compact else set()
     for name, justify in columns:
         if name not in skip:
             table.add_column(name, justify=justify, min_width=None if compact or name != "limited by" else 15)
@@ -84,6 +85,7 @@ def prediction_table(prediction: Prediction, width: int | None = None) -> Table:
             "workers": str(result.workers),
             "method": result.method,
             "samples/s": f"{result.throughput:,.1f}",
+            "80% range": _range(result.likely_range),
             "step mean": format_seconds(result.iteration_s["mean"]),
             "step p95": format_seconds(result.iteration_s["p95"]),
             "speedup": f"{result.speedup:.2f}x",
@@ -95,6 +97,32 @@ def prediction_table(prediction: Prediction, width: int | None = None) -> Table:
         }
         table.add_row(*(cells[name] for name, _ in columns if name not in skip))
     return table
+
+
+def _range(likely: dict | None) -> str:
+    if not likely or "low" not in likely:
+        return "-"
+    return f"{likely['low']:,.1f}-{likely['high']:,.1f}"
+
+
+def range_lines(prediction: Prediction) -> list[str]:
+    """What the 80% range column means, and why a result has none (sgdscale.heldout_ranges)."""
+    from sgdscale.heldout_ranges import SOURCE_WORDS
+
+    ranged = [r.likely_range for r in prediction.results if r.likely_range and "low" in r.likely_range]
+    lines = []
+    if ranged:
+        first = ranged[0]
+        cases = "/".join(str(n) for n in dict.fromkeys(r["cases"] for r in ranged))
+        lines.append(f"80% range: where 80% of real runs measured, in held-out validation (sets {first['sets']}: CPU "
+                     f"training on an emulated cluster, {first['kinds']} cases), against predictions of the same "
+                     f"strategy and method from {SOURCE_WORDS[first['source']]} ({cases} cases; README, "
+                     "'How far off a prediction may be')")
+    reasons = list(dict.fromkeys(r.likely_range["reason"] for r in prediction.results
+                                 if r.likely_range and "reason" in r.likely_range))
+    if reasons:
+        lines.append("80% range: none where held-out validation ran nothing alike: " + "; ".join(reasons))
+    return lines
 
 
 def remark_lines(prediction: Prediction) -> list[str]:
