@@ -90,6 +90,7 @@ def test_no_range_beyond_what_held_out_sets_ran():
     assert ranges.outside(base, 3) is None
     for change, words in (({"cluster": {"bandwidth_bps": 100e9, "ps_count": 1}}, "Mbit/s link"),
                           ({"profile": {"device": "cuda: NVIDIA H100"}}, "GPU profile"),
+                          ({"profile": {"device": "cpu", "calibration": ["device-throughput"]}}, "scaled"),
                           ({"cluster": {"bandwidth_bps": 1e9, "gpus_per_node": 8}}, "multi-device nodes"),
                           ({"strategy": {"kind": "allreduce", "grouping": "single"}}, "grouping single")):
         assert words in ranges.outside({**base, **change}, 3)

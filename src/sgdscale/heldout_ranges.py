@@ -176,6 +176,8 @@ class Ranges:
                     f"{low_b / 1e6:,.0f}-{high_b / 1e6:,.0f} Mbit/s)")
         if not str(profile.get("device", "cpu")).startswith("cpu"):
             return "a GPU profile (held-out sets trained on CPUs)"
+        if profile.get("calibration"):
+            return "a profile scaled to another device's speed (held-out sets used profiles as measured)"
         if cluster.get("gpus_per_node", 1) > 1:
             return "multi-device nodes (held-out sets ran one device per node)"
         if cluster.get("compute_scale") or cluster.get("slow_links"):
