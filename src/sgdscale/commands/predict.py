@@ -211,6 +211,10 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     """Predict throughput, speedup and what holds training back, for PROFILE (a profile file from
     `sgdscale profile`, or a built-in name such as resnet50; see `sgdscale show --list`).
 
+    Each throughput comes with its 80% range: where 80% of real runs measured against predictions
+    of the same kind in the project's held-out validation (none, with the reason, for clusters
+    unlike any it ran: GPUs, more workers or other link rates than it covered).
+
     \b
     Examples:
       sgdscale predict resnet50 --workers 1-64:x2 --bandwidth 10Gbit
