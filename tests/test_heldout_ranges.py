@@ -95,3 +95,11 @@ def test_no_range_beyond_what_held_out_sets_ran():
                           ({"strategy": {"kind": "allreduce", "grouping": "single"}}, "grouping single")):
         assert words in ranges.outside({**base, **change}, 3)
     assert "64 workers" in ranges.outside(base, 64)
+
+
+def test_nominal_note_quotes_the_shipped_medians():
+    note = hr.median_bias_note()
+    ranges = hr.shipped()
+    for source in ("nominal", "budget", "measured"):
+        medians = "/".join(f"{ranges.bin(k, 'fine', source, 'real')['median']:.2f}" for k in hr.STRATEGIES)
+        assert f"{medians} from {hr.SOURCE_WORDS[source]}" in note

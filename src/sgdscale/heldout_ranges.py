@@ -223,6 +223,20 @@ def likely_range(inputs: dict[str, Any], workers: int, method: str, throughput: 
             "sets": f"{sets[0]}-{sets[-1]}"}
 
 
+def median_bias_note(method: str = "fine", ranges: Ranges | None = None) -> str:
+    """How far real runs fell from `method`'s predictions in the median, per network source and
+    strategy, in words (real-compute cases): the bias a nominal prediction carries, from the data."""
+    ranges = ranges or shipped()
+    sets = ranges.data["sets"]
+    parts = []
+    for source in ("nominal", "budget", "measured"):
+        medians = [entry["median"] for kind in STRATEGIES if (entry := ranges.bin(kind, method, source, "real"))]
+        if len(medians) == len(STRATEGIES):
+            parts.append(f"{'/'.join(f'{m:.2f}' for m in medians)} from {SOURCE_WORDS[source]}")
+    return (f"in held-out validation (sets {sets[0]}-{sets[-1]}, real compute) runs measured, in the median, these "
+            f"multiples of the {method} method's prediction (all-reduce/sync PS/async PS): {'; '.join(parts)}")
+
+
 def attach(prediction, source: str, ranges: Ranges | None = None) -> None:
     """Give every result of `prediction` its `likely_range`."""
     for result in prediction.results:

@@ -30,10 +30,7 @@ import numpy as np
 TYPICAL_MEASURED_NOTE = (
     "on the emulated testbed (1 Gbit/s tbf links, 0.45 cores per node) measured networks ran point to point at "
     "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, and compute ran "
-    "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/); on held-out sets 18-25 "
-    "(450 Mbit/s-2 Gbit/s, 0.34-0.47 cores) the fine method from nominal figures was too fast in every all-reduce "
-    "case (+0.8% to +26.6%, median +7.5%) and, for parameter servers on sets 18-26, 5.4% (sync) and 11.4% (async) "
-    "off in the median, up to 53% too fast where a shard's CPU quota binds (benchmarks/unmeasured_newcomer.py)"
+    "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/)"
 )
 
 
@@ -310,12 +307,12 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
                      f"runs or a parameter-server worker sends its pushes, a collective {model.comm_slowdown:.2f}x "
                      "slower while compute runs (pushes keep their speed) (--no-interference to leave it out)")
     if network is None:
+        from sgdscale.heldout_ranges import median_bias_note
+
         budget_hint = "" if cpu_cores is not None else (
-            "; or, if you know the nodes' CPU budget, give it with --cpu-per-node CORES (on held-out set 33, "
-            "0.23 cores, it took the nominal figures' median error from 19.8% to 2.3% (coarse) and from 19.5% "
-            "to 6.5% (fine))")
-        notes.append("nominal network figures (no --network FILE): " + TYPICAL_MEASURED_NOTE
-                     + "; measure yours with "
+            "; or, if you know the nodes' CPU budget, give it with --cpu-per-node CORES")
+        notes.append("nominal network figures (no --network FILE): " + TYPICAL_MEASURED_NOTE + "; "
+                     + median_bias_note() + "; measure yours with "
                      "`sgdscale netbench --workers 2,3 --ops p2p,allreduce,incast,overlap -o net.json`" + budget_hint)
     else:
         nominal = (network.environment or {}).get("bandwidth_bps")
