@@ -103,3 +103,14 @@ def test_nominal_note_quotes_the_shipped_medians():
     for source in ("nominal", "budget", "measured"):
         medians = "/".join(f"{ranges.bin(k, 'fine', source, 'real')['median']:.2f}" for k in hr.STRATEGIES)
         assert f"{medians} from {hr.SOURCE_WORDS[source]}" in note
+
+
+def test_validate_says_how_many_cases_fell_inside():
+    from sgdscale.commands.validate import range_line
+
+    cases = kept_sets(42, 42)[42]
+    rows = [r for r in hr.coverage(hr.shipped(), cases) if r["source"] == "measured" and r["method"] == "fine"]
+    line = range_line(cases)
+    assert f"from a measured network file fine {sum(r['inside'] for r in rows)}/{len(rows)}," in line
+    assert line.startswith("measured inside the 80% range `sgdscale predict` states (made from held-out sets 18-")
+    assert range_line([]) is None

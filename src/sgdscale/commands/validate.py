@@ -83,6 +83,25 @@ def summary_table(summary: list[dict]) -> Table:
     return table
 
 
+def range_line(rows: list[dict]) -> str | None:
+    """How many cases measured inside the 80% range `predict` states for them (sgdscale.heldout_ranges)."""
+    from sgdscale.heldout_ranges import SOURCE_WORDS, coverage, shipped
+
+    ranges = shipped()
+    scored = [r for r in coverage(ranges, rows) if r["inside"] is not None]
+    parts = []
+    for source in ("measured", "nominal", "budget"):
+        counts = [f"{method} {sum(r['inside'] for r in mine)}/{len(mine)}" for method in ("fine", "coarse")
+                  if (mine := [r for r in scored if r["source"] == source and r["method"] == method])]
+        if counts:
+            parts.append(f"from {SOURCE_WORDS[source]} {', '.join(counts)}")
+    if not parts:
+        return None
+    sets = ranges.data["sets"]
+    return (f"measured inside the 80% range `sgdscale predict` states (made from held-out sets {sets[0]}-{sets[-1]}): "
+            + "; ".join(parts))
+
+
 @click.command("validate")
 @click.option("--models", default="mlp,cnn,gpt2", show_default=True,
               help=f"Comma-separated models (known: {', '.join(DEFAULT_SPECS)}); with --workload replay, "
@@ -195,6 +214,9 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
     shown = [row for row in rows if row["key"] in wanted]
     out.print(results_table(shown))
     out.print(summary_table(summarize(shown)))
+    line = range_line(shown)
+    if line:
+        out.print(line, highlight=False, soft_wrap=True)
     from sgdscale.report.plot import plot_validation
 
     # The plot shows every case in the results file (earlier grids written to the same folder too).
