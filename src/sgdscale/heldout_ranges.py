@@ -11,9 +11,9 @@ cases pools both kinds. Cases of one set err together, so the plain ranges cover
 a new set's cases; the stated range (`low`, `high`) is the plain one stretched on a log scale by
 the factor per source under which, cross-validated by whole sets, 80% were inside.
 
-The ranges hold for what the sets covered (CPU training on an emulated cluster: worker counts,
-link rates and CPU budgets in `envelope`, one server shard, default groupings); outside it a
-prediction gets no range and says why. `benchmarks/heldout_ranges.py` makes the data file from
+The ranges hold for what the sets covered (CPU training on an emulated cluster of identical
+nodes, one device each: worker counts, link rates and server shard counts in `envelope`, default
+groupings); outside it a prediction gets no range and says why. `benchmarks/heldout_ranges.py` makes the data file from
 the kept results and checks how often later sets fell inside.
 """
 
@@ -55,7 +55,7 @@ def case_ratios(case: dict[str, Any]) -> dict[tuple[str, str], float]:
     return out
 
 
-def _bins(cases: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+def plain_bins(cases: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
     """(strategy, method, source, kind) -> the plain percentile range of the cases' ratios."""
     ratios: dict[tuple[str, str, str, str], list[float]] = {}
     for case in cases:
@@ -98,7 +98,7 @@ def leave_one_set_out(sets: dict[int, Sequence[dict[str, Any]]]) -> dict[str, di
     target = QUANTILES[1] - QUANTILES[0]
     held: dict[str, list[tuple[float, dict[str, Any]]]] = {source: [] for source in SOURCES}
     for number, cases in sets.items():
-        bins = _bins(c for other, rest in sets.items() if other != number for c in rest)
+        bins = plain_bins(c for other, rest in sets.items() if other != number for c in rest)
         for case in cases:
             for (method, source), ratio in case_ratios(case).items():
                 entry = bins.get((case["strategy"], method, source, case["kind"]))
@@ -124,7 +124,7 @@ def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str) -> dict[
     cases = [c for number in sorted(sets) for c in sets[number]]
     widening = leave_one_set_out(sets)
     bins = []
-    for entry in _bins(cases).values():
+    for entry in plain_bins(cases).values():
         low, high = widened(entry, widening.get(entry["source"], {}).get("factor", 1.0))
         bins.append({**entry, "low": low, "high": high})
     return {
