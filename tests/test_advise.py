@@ -26,7 +26,7 @@ PS_COUNTS = (1, 2)
 @pytest.fixture(scope="module")
 def setup():
     profile = load_profile("gpt2")
-    cluster = Cluster(1, BANDWIDTH_BPS, LATENCY_S)
+    cluster = Cluster(1, BANDWIDTH_BPS, LATENCY_S, framing="none")  # the rate is payload, as from_link takes it
     comm = CommModel.from_link(BANDWIDTH_BPS, LATENCY_S)
     configs = candidates(profile, 1, kinds=KINDS, ps_counts=PS_COUNTS)
     base = predict(profile, cluster, Strategy(), comm, [1], ["coarse"]).results[0].throughput

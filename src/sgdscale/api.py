@@ -42,7 +42,8 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
             gpus_per_node: int | None = None, intra_bandwidth: str | float | None = None,
             intra_latency: str | float | None = None, cluster: str | None = None,
             compute_scale: Sequence[float] | str | None = None, slow_links: Sequence[str] = (),
-            cpu_per_node: float | None = None, interference: bool = True) -> dict[str, Any]:
+            cpu_per_node: float | None = None, interference: bool = True, framing: str | None = None,
+            mtu: int | None = None) -> dict[str, Any]:
     """Predict throughput, speedup and bottleneck for `profile` (a profile file or a built-in name).
 
     Options mean what `sgdscale predict --help` says (`ps` is `--ps`, `cluster` is `--cluster`,
@@ -72,7 +73,7 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
         cluster_file=cluster, bandwidth=_number(bandwidth, "bit"), latency=_number(latency, "s"), ps_count=ps,
         ps_bandwidth=_number(ps_bandwidth, "bit"),
         algorithm=algorithm, network_file=network, compute_scale=compute_scale, slow_links=tuple(slow_links),
-        cpu_per_node=cpu_per_node, interference=interference)
+        cpu_per_node=cpu_per_node, interference=interference, framing=framing, mtu=mtu)
     prediction = run(load_profile(profile), resolved, plan, comm, counts, methods, iterations=iterations,
                      warmup=warmup, seed=seed, variability=variability, profile_source=profile)
     from sgdscale.heldout_ranges import attach, network_source

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from sgdscale.comm.framing import DEFAULT_MTU_BYTES, payload_fraction
 from sgdscale.errors import UserError
 
 
@@ -29,6 +30,8 @@ class Cluster:
       several devices per node it is that worker's node NIC (the slowest entry of a node wins).
     - `ps_count` server shards, each on its own node with a NIC of `ps_bandwidth_bps`
       (default: the workers' bandwidth).
+    - `framing` and `mtu_bytes`: what the nominal rates count besides payload
+      (`sgdscale.comm.framing`); a measured network file already contains it.
     """
 
     workers: int
@@ -41,8 +44,11 @@ class Cluster:
     gpus_per_node: int = 1
     intra_bandwidth_bps: float = 128e9
     intra_latency_s: float = 5e-6
+    framing: str = "ethernet"
+    mtu_bytes: int = DEFAULT_MTU_BYTES
 
     def __post_init__(self) -> None:
+        payload_fraction(self.framing, self.mtu_bytes)  # one clear error for an unknown framing or bad MTU
         if not isinstance(self.workers, int) or self.workers < 1:
             raise UserError(f"workers must be a whole number >= 1, got {self.workers}")
         if not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
@@ -75,6 +81,11 @@ class Cluster:
                 raise UserError(f"slow link names worker {worker}, but workers are numbered 0..{self.workers - 1}")
             if not bps > 0:
                 raise UserError(f"slow link bandwidth must be positive, got {bps} bit/s")
+
+    @property
+    def payload_fraction(self) -> float:
+        """Payload bytes per byte of a nominal rate (`sgdscale.comm.framing`)."""
+        return payload_fraction(self.framing, self.mtu_bytes)
 
     @property
     def server_bandwidth_bps(self) -> float:

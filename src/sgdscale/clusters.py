@@ -3,12 +3,14 @@
 A cluster file describes the hardware once so that `sgdscale predict --cluster FILE` does not need
 a line of flags; a preset is the same description built in (`--cluster dgx-a100`). Rates and times
 are numbers in base units (`_bps`, `_s`) or strings with units ("300GB/s", "25Gbit", "5us").
-The sources of every preset number are in docs/clusters.md.
+The sources of every preset number are in docs/clusters.md. A NIC's `framing` (ethernet, tc or
+none) and `mtu` say what its rate counts besides payload (`sgdscale.comm.framing`; default: TCP over
+Ethernet at MTU 1500).
 
     {"schema": "sgdscale.cluster/1", "name": "my-cluster",
      "nodes": 4, "gpus_per_node": 8,
      "intra": {"bandwidth": "300GB/s", "latency": "2us"},
-     "nic": {"bandwidth": "200Gbit", "latency": "5us"},
+     "nic": {"bandwidth": "200Gbit", "latency": "5us", "framing": "none"},
      "servers": {"count": 1, "bandwidth": "100Gbit"},
      "slow_nodes": [{"node": 2, "compute_scale": 1.5}],
      "slow_nics": [{"node": 1, "bandwidth": "10Gbit"}]}
@@ -20,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from sgdscale.comm.framing import DEFAULT_MTU_BYTES
 from sgdscale.errors import UserError
 from sgdscale.inputs import LATENCY_S, ComputeScale, GpusPerNode, NodeIndex, ServerCount, WorkerCount
 from sgdscale.jsonio import read_document
@@ -58,6 +61,13 @@ class LinkSpec(BaseModel):
     @property
     def latency_s(self) -> float:
         return float(self.latency)
+
+
+class NicSpec(LinkSpec):
+    """A node's NIC: a link, and what its rate counts besides payload (`sgdscale.comm.framing`)."""
+
+    framing: Literal["ethernet", "tc", "none"] = "ethernet"
+    mtu: int = Field(default=DEFAULT_MTU_BYTES, ge=576, le=65536)
 
 
 class ServerSpec(BaseModel):
@@ -107,7 +117,7 @@ class ClusterSpec(BaseModel):
     nodes: WorkerCount | None = None
     gpus_per_node: GpusPerNode = 1
     intra: LinkSpec = LinkSpec(bandwidth=128e9, latency=5e-6)
-    nic: LinkSpec = LinkSpec(bandwidth=10e9, latency=20e-6)
+    nic: NicSpec = NicSpec(bandwidth=10e9, latency=20e-6)
     servers: ServerSpec = ServerSpec()
     slow_nodes: list[SlowNode] = Field(default_factory=list)
     slow_nics: list[SlowNic] = Field(default_factory=list)
@@ -126,23 +136,23 @@ PRESETS: dict[str, ClusterSpec] = {
         source="NVIDIA DGX A100 datasheet: 8x A100 SXM4, NVLink 3 via NVSwitch (600 GB/s per GPU, both "
                "directions together), 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute",
         intra=LinkSpec(bandwidth="300GB/s", latency="2us"),
-        nic=LinkSpec(bandwidth="1600Gbit", latency="5us")),
+        nic=NicSpec(bandwidth="1600Gbit", latency="5us", framing="none")),
     "p4d.24xlarge": ClusterSpec(
         name="p4d.24xlarge", gpus_per_node=8,
         source="AWS EC2 P4d instances page: 8x A100, NVSwitch 600 GB/s, 400 Gbps EFA networking",
         intra=LinkSpec(bandwidth="300GB/s", latency="2us"),
-        nic=LinkSpec(bandwidth="400Gbit", latency="15us")),
+        nic=NicSpec(bandwidth="400Gbit", latency="15us", framing="none")),
     "8xV100-pcie": ClusterSpec(
         name="8xV100-pcie", gpus_per_node=8,
         source="NVIDIA V100 datasheet (PCIe card: PCIe 3.0 x16, 32 GB/s both directions together); "
                "a 25 Gbit/s Ethernet NIC per node",
         intra=LinkSpec(bandwidth="16GB/s", latency="5us"),
-        nic=LinkSpec(bandwidth="25Gbit", latency="25us")),
+        nic=NicSpec(bandwidth="25Gbit", latency="25us")),
     "cpu-ethernet": ClusterSpec(
         name="cpu-ethernet", gpus_per_node=1,
         source="one CPU worker per server on 10 Gbit/s Ethernet (sgdscale's defaults)",
         intra=LinkSpec(bandwidth="128Gbit", latency="5us"),
-        nic=LinkSpec(bandwidth="10Gbit", latency="20us")),
+        nic=NicSpec(bandwidth="10Gbit", latency="20us")),
 }
 
 

@@ -119,13 +119,16 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "gpus_per_node": cluster.gpus_per_node,
             "intra_bandwidth_bps": cluster.intra_bandwidth_bps,
             "intra_latency_s": cluster.intra_latency_s,
+            "framing": cluster.framing,
+            "mtu_bytes": cluster.mtu_bytes,
         },
         "topology": {
             "nodes": {str(n): -(-n // cluster.gpus_per_node) for n in worker_counts},
             "gpus_per_node": cluster.gpus_per_node,
             "intra": {"bandwidth_bps": cluster.intra_bandwidth_bps, "latency_s": cluster.intra_latency_s},
             "nic": {"bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
-                    "measured_scale": Topology.of(cluster, comm).nic_factor},
+                    # payload rate / nominal rate: a measured network's, else the framing's
+                    "payload_scale": Topology.of(cluster, comm).nic_factor},
             "allreduce": strategy.allreduce,
             "ps_placement": strategy.ps_placement,
         },

@@ -374,16 +374,19 @@ class Validator:
     def nominal_models(self, case: Case) -> tuple[Any, dict[str, Any]]:
         """The cluster and cost models of a prediction made without a network file: from the nominal
         bandwidth and default latency ("nominal"), and with the grid's CPU budget added ("budget",
-        as `sgdscale predict --cpu-per-node` charges it; only where the grid has a quota)."""
+        as `sgdscale predict --cpu-per-node` charges it; only where the grid has a quota). The
+        testbed's rates are tc's, so its framing is `tc` (`sgdscale predict --framing tc`)."""
         from sgdscale.cluster import Cluster
         from sgdscale.comm import CommModel
         from sgdscale.comm.interference import node_model
+        from sgdscale.runtime.testbed import LINK_FRAMING
 
-        cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count))
-        nominal = CommModel.from_link(case.bandwidth_bps, cluster.latency_s)
+        cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count), framing=LINK_FRAMING)
+        payload_bps = case.bandwidth_bps * cluster.payload_fraction
+        nominal = CommModel.from_link(payload_bps, cluster.latency_s)
         models = {"nominal": nominal}
         if self.grid.cpu_per_node_cores:
-            budget, _ = node_model(nominal, network=None, link_bps=case.bandwidth_bps,
+            budget, _ = node_model(nominal, network=None, link_bps=payload_bps,
                                    cpu_cores=self.grid.cpu_per_node_cores)
             if sleeps(case):
                 budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0, worker_cpu_s_per_wakeup=0.0)

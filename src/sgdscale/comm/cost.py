@@ -85,6 +85,7 @@ class CommModel:
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
                   gamma_s_per_byte: float = 0.0) -> CommModel:
+        """A link moving `bandwidth_bps` of payload (a nominal rate less framing: `Cluster.payload_fraction`)."""
         return cls(AlphaBeta(alpha_s=latency_s, beta_s_per_byte=8.0 / bandwidth_bps), algorithm, gamma_s_per_byte)
 
     @classmethod

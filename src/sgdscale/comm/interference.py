@@ -29,7 +29,8 @@ import numpy as np
 # uses nominal figures only, so the user knows how far off they may be.
 TYPICAL_MEASURED_NOTE = (
     "on the emulated testbed (1 Gbit/s tbf links, 0.45 cores per node) measured networks ran point to point at "
-    "93-95% of the nominal rate and 2- and 4-way all-reduces at 87-99% of the ring formula's, and compute ran "
+    "93-95% of the nominal rate (tc's framing alone takes 4.4% there; predictions count it, see --framing) "
+    "and 2- and 4-way all-reduces at 87-99% of the ring formula's, and compute ran "
     "1.1-1.8x slower while an all-reduce was in flight (benchmarks/results/interference/)"
 )
 
@@ -248,6 +249,7 @@ TYPICAL_CPU_S_PER_WAKEUP = 7.0e-5
 def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
                interference: bool = True) -> tuple[object, list[str]]:
     """The cost model a prediction uses on nodes with a CPU budget, and notes saying what was applied.
+    `link_bps` is the link's payload rate (its nominal rate less framing, `sgdscale.comm.framing`).
 
     - CPU budget: `cpu_cores` (e.g. --cpu-per-node), else the quota the network file was measured at.
       With a CPU cost per byte (from the file, else `TYPICAL_CPU_S_PER_BYTE`) the link runs at most at
@@ -277,7 +279,7 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
         comm = cpu_bounded_comm(comm, link_bps, per_byte, cores, measured)
         if comm is not before:
             notes.append(f"CPU-bound links: {cores:g} cores per node move at most {bound_bps / 1e6:.0f} Mbit/s "
-                         f"({per_byte * 1e9:.3g} ns of CPU per byte), below the {link_bps / 1e6:.0f} Mbit/s link: "
+                         f"({per_byte * 1e9:.3g} ns of CPU per byte), below the link's {link_bps / 1e6:.0f} Mbit/s of payload: "
                          f"per-byte costs x{comm.p2p.beta_s_per_byte / before.p2p.beta_s_per_byte:.2f}")
         else:
             notes.append(f"CPU budget {cores:g} cores per node allows {bound_bps / 1e6:.0f} Mbit/s "

@@ -6,11 +6,12 @@ by an intra-node link (NVLink, PCIe, shared memory: alpha_i, beta_i) and share o
 rescale a cost model themselves: they ask the `Topology` for NIC capacities, per-byte costs,
 collective times (split per level) and the parameter-server link layout.
 
-**The NIC's costs** come from `nic` (a `CommModel`): `CommModel.from_link` for a nominal link, or
-`CommModel.from_network` for a measured one (`sgdscale netbench`: its p2p fit, its whole-collective
-fits and curves per node count). Per-node NIC overrides (slow links) and server NICs are nominal
-rates; with a measured network every NIC is scaled by measured/nominal, `nic_factor` (exactly 1
-for a nominal link), so a slow link keeps its ratio to the others. This is the only place that
+**The NIC's costs** come from `nic` (a `CommModel`): `CommModel.from_link` for a nominal link (its payload rate:
+the nominal rate less framing, `sgdscale.comm.framing`), or `CommModel.from_network` for a measured
+one (`sgdscale netbench`: its p2p fit, its whole-collective fits and curves per node count).
+Per-node NIC overrides (slow links) and server NICs are nominal rates; every NIC is scaled by payload
+rate / nominal rate, `nic_factor` (the measured network's, else the framing's payload fraction), so
+a slow link keeps its ratio to the others. This is the only place that
 reconciles a measured network with nominal rates.
 
 **All-reduce of M bytes over N = n nodes x G devices** (`Strategy.allreduce`), alpha-beta-gamma

@@ -19,7 +19,7 @@ from sgdscale.jsonio import all_or_nothing
 DEFAULT_ADVISE_WORKERS = "1-1024:x2"
 # predict's options that describe the cluster and the simulation; the rest are what advise searches.
 SHARED_OPTIONS = ("workers", "nodes", "gpus_per_node", "intra_bandwidth", "intra_latency", "cluster_file",
-                  "bandwidth", "latency", "ps_bandwidth", "algorithm", "network_file", "iterations", "warmup",
+                  "bandwidth", "latency", "framing", "mtu", "ps_bandwidth", "algorithm", "network_file", "iterations", "warmup",
                   "seed", "no_variability", "cpu_per_node", "no_interference")
 
 

@@ -78,13 +78,14 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
                     bandwidth: str | None, latency: str | None, ps_count: int, ps_bandwidth: str | None,
                     algorithm: str, network_file: str | None, compute_scale: str | None = None,
                     slow_links: tuple[str, ...] = (), cpu_per_node: float | None = None,
-                    interference: bool = True):
+                    interference: bool = True, framing: str | None = None, mtu: int | None = None):
     """The cluster options of `predict` (shared with `advise` and `sweep`) as (worker counts,
     Cluster with `workers` set for per-worker options or 1, the NIC's cost model with the node's
     CPU bound and interference applied, notes saying what was applied)."""
     from sgdscale.cluster import Cluster
     from sgdscale.clusters import load_cluster
     from sgdscale.comm import CommModel, load_network
+    from sgdscale.comm.framing import DEFAULT_MTU_BYTES, payload_fraction
     from sgdscale.units import parse_bandwidth_bps, parse_time_s, parse_workers
 
     spec = load_cluster(cluster_file) if cluster_file else None
@@ -106,6 +107,9 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
     network = None
     nic_bps = spec.nic.bandwidth_bps if spec else 10e9
     nic_latency_s = spec.nic.latency_s if spec else 20e-6
+    framing = framing or (spec.nic.framing if spec else "ethernet")
+    mtu = mtu if mtu is not None else (spec.nic.mtu if spec else DEFAULT_MTU_BYTES)
+    payload = payload_fraction(framing, mtu)
     if network_file:
         # The measured network is the NIC: its fits cost every message; --bandwidth, if given, is
         # the nominal rate that slow-NIC overrides are relative to (sgdscale.comm.topology).
@@ -121,12 +125,16 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
     else:
         bandwidth_bps = parse_bandwidth_bps(bandwidth, "--bandwidth") if bandwidth else nic_bps
         latency_s = parse_time_s(latency, "--latency", inputs.LATENCY_S) if latency else nic_latency_s
-        comm = CommModel.from_link(bandwidth_bps, latency_s, algorithm)
+        comm = CommModel.from_link(bandwidth_bps * payload, latency_s, algorithm)
     from sgdscale.comm.interference import node_model
 
-    link_bps = (network.environment or {}).get("bandwidth_bps") if network is not None else None
-    comm, notes = node_model(comm, network=network, link_bps=float(link_bps or bandwidth_bps),
-                             cpu_cores=cpu_per_node, interference=interference)
+    if network is not None:  # the payload rate of the link: the file's nominal rate less framing, else its fit
+        nominal_bps = (network.environment or {}).get("bandwidth_bps")
+        link_bps = float(nominal_bps) * payload if nominal_bps else 8.0 / network.p2p.beta_s_per_byte
+    else:
+        link_bps = bandwidth_bps * payload
+    comm, notes = node_model(comm, network=network, link_bps=link_bps, cpu_cores=cpu_per_node,
+                             interference=interference)
     if ps_bandwidth:
         ps_bps = parse_bandwidth_bps(ps_bandwidth, "--ps-bandwidth")
     else:
@@ -138,7 +146,8 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
     intra_s = parse_time_s(intra_latency, "--intra-latency", inputs.LATENCY_S) if intra_latency else (
         spec.intra.latency_s if spec else 5e-6)
     cluster = Cluster(counts[0] if (scales or links) else 1, bandwidth_bps, latency_s, ps_count, ps_bps, scales,
-                      links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s)
+                      links, gpus_per_node=gpus, intra_bandwidth_bps=intra_bps, intra_latency_s=intra_s,
+                      framing=framing, mtu_bytes=mtu)
     return counts, cluster, comm, notes
 
 
@@ -159,6 +168,13 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
                    "8xV100-pcie, cpu-ethernet (docs/clusters.md). Flags override it.")
 @click.option("--bandwidth", default=None, help="NIC bandwidth per node, e.g. 10Gbit, 200Mbit. [default: 10Gbit]")
 @click.option("--latency", default=None, help="One-way NIC latency, e.g. 20us. [default: 20us]")
+@click.option("--framing", type=click.Choice(["ethernet", "tc", "none"]), default=None,
+              help="What --bandwidth counts besides gradient bytes: ethernet (a NIC's line rate; TCP/IP headers "
+                   "and Ethernet framing take 5.9% at MTU 1500), tc (a rate shaped by Linux tc, as on "
+                   "sgdscale's emulated cluster: 4.4%) or none (already payload: InfiniBand, EFA). Unused with "
+                   "--network, which measured it. [default: ethernet]")
+@click.option("--mtu", type=int, default=None, metavar="BYTES",
+              help="Ethernet MTU: 1500, or 9000 for jumbo frames (1.0% framing). [default: 1500]")
 @click.option("--ps", "ps_count", type=int, default=1, show_default=True, help="Parameter-server shards (ps-*).")
 @click.option("--ps-bandwidth", default=None, help="Server NIC bandwidth. [default: the workers' bandwidth]")
 @click.option("--placement", default="round-robin", show_default=True,
@@ -201,7 +217,7 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
 @all_or_nothing()  # --json, --plot and --trace all appear, or none does
 def predict_command(profile: str, workers: str | None, strategy: str, nodes: str | None, gpus_per_node: int | None,
                     intra_bandwidth: str | None, intra_latency: str | None, cluster_file: str | None,
-                    bandwidth: str | None, latency: str | None,
+                    bandwidth: str | None, latency: str | None, framing: str | None, mtu: int | None,
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
                     algorithm: str, allreduce_scheme: str, ps_placement: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
                     network_file: str | None, cpu_per_node: float | None, no_interference: bool,
@@ -255,7 +271,7 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         intra_latency=intra_latency, cluster_file=cluster_file, bandwidth=bandwidth, latency=latency,
         ps_count=ps_count, ps_bandwidth=ps_bandwidth, algorithm=algorithm, network_file=network_file,
         compute_scale=compute_scale, slow_links=slow_links, cpu_per_node=cpu_per_node,
-        interference=not no_interference)
+        interference=not no_interference, framing=framing, mtu=mtu)
     if plan.uses_servers and "fine" in methods and comm.share_weight_sigma == 0.0 and max(counts) > 1:
         from sgdscale.comm.sharing import UNMEASURED_SHARING_NOTE
 

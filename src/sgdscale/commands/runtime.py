@@ -242,8 +242,10 @@ def write_comparison(measurement, compare: dict, path: str) -> None:
         bandwidth_bps = compare["bandwidth_bps"] or 8.0 / network.p2p.beta_s_per_byte
         cluster = Cluster(cfg.workers, bandwidth_bps, network.p2p.alpha_s, max(1, cfg.ps_count))
     else:
-        cluster = Cluster(cfg.workers, compare["bandwidth_bps"], ps_count=max(1, cfg.ps_count))
-        comm = CommModel.from_link(cluster.bandwidth_bps, cluster.latency_s)
+        from sgdscale.runtime.testbed import LINK_FRAMING  # an emulated cluster's rate is tc's
+
+        cluster = Cluster(cfg.workers, compare["bandwidth_bps"], ps_count=max(1, cfg.ps_count), framing=LINK_FRAMING)
+        comm = CommModel.from_link(cluster.bandwidth_bps * cluster.payload_fraction, cluster.latency_s)
     replay = cfg.workload == "replay"
     if replay and cfg.replay_compute == "sleep":
         comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo

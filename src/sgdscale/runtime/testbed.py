@@ -67,6 +67,9 @@ CGROUP_CPUSET_ROOT = Path("/sys/fs/cgroup/cpuset")
 # Every controller a node may have a group in; the cpu group always exists, the others when mounted.
 CGROUP_ROOTS = (CGROUP_CPU_ROOT, CGROUP_CPUACCT_ROOT, CGROUP_CPUSET_ROOT)
 NAME_STEM = "sgs"  # every object we create starts with this, followed by the owner's pid
+# What the shaped rates count besides payload: tbf counts a frame from its Ethernet header
+# (sgdscale.comm.framing), so predictions from a nominal rate of this testbed use `--framing tc`.
+LINK_FRAMING = "tc"
 CFS_PERIOD_US = 10_000
 MIN_QUOTA_US = 1_000  # the kernel refuses cfs quotas below 1 ms
 NODE_IFNAME = "eth0"
