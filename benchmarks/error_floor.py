@@ -13,7 +13,7 @@ Beside it, the set's recorded median error (as `benchmarks/where_it_stands.py`).
 sits near its floor cannot be told from a perfect model on this machine; one far above it has a
 bias to find.
 
-    .venv/bin/python benchmarks/error_floor.py [--first 18] [--last 42] [--method fine] [--draws 2000]
+    .venv/bin/python benchmarks/error_floor.py [--first 18] [--last 44] [--method fine] [--draws 2000]
 
 Raw output: benchmarks/results/<output>.md (error_floor-<method> by default).
 """
@@ -71,7 +71,7 @@ def floor(scatters: list[tuple[int, float, float]], draws: int, rng: random.Rand
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--first", type=int, default=18)
-    parser.add_argument("--last", type=int, default=42)
+    parser.add_argument("--last", type=int, default=44)
     parser.add_argument("--method", default="fine")
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--output")

@@ -95,11 +95,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--calibrate", default="18-41", help="held-out sets the ranges are made from (A-B)")
     parser.add_argument("--check", default=None, help="later held-out sets scored against the ranges (A-B)")
     parser.add_argument("--write-data", action="store_true", help="store the ranges as the package's data file")
-    parser.add_argument("--framing-factors", default=None, metavar="FILE",
+    parser.add_argument("--framing-factors", default=None, metavar="FILE[,FILE]",
                         help="benchmarks/link_payload.py's factors: count framing in sets predicted before it was")
     parser.add_argument("--output", default="heldout_ranges")
     args = parser.parse_args(argv)
-    factors = json.loads(Path(args.framing_factors).read_text())["sets"] if args.framing_factors else None
+    factors = {}
+    for path in (args.framing_factors or "").split(","):
+        if path:
+            factors.update(json.loads(Path(path).read_text())["sets"])
     calibration = load_sets(set_range(args.calibrate), factors)
     command = f"benchmarks/heldout_ranges.py {' '.join(argv)}".strip()
     data = hr.build(calibration, generated_by=command)

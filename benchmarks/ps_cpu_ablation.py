@@ -6,7 +6,8 @@ uplink sends (`comm.interference`). This re-predicts every kept real PS run of t
 the model stands and with each of them removed in turn (and all of them), to show which one
 carries a miss. A diagnosis, not a change: nothing here is a model anyone should use.
 
-    .venv/bin/python benchmarks/ps_cpu_ablation.py [--sets heldout36,heldout37] [--output NAME]
+    .venv/bin/python benchmarks/ps_cpu_ablation.py [--sets heldout36,heldout37] [--kind real|replay|all]
+        [--output NAME]
 
 Raw output: benchmarks/results/ps_cpu_ablation.md (or --output NAME).
 """
@@ -45,13 +46,14 @@ def without(fields: dict):
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="heldout36,heldout37")
+    parser.add_argument("--kind", default="real", choices=("real", "replay", "all"))
     parser.add_argument("--output", default="ps_cpu_ablation")
     args = parser.parse_args(argv)
     variants = [(name, name, without(fields)) for name, fields in ABLATIONS.items()]
     text = variant_table(argv, "ps_cpu_ablation.py", "Which CPU charge carries a PS miss (fine)",
-                         "Error of the median prediction against the median measurement, per real PS case, "
+                         f"Error of the median prediction against the median measurement, per PS case ({args.kind}), "
                          "as the model stands and with each CPU charge removed.", args.sets.split(","),
-                         {"ps-sync", "ps-async"}, variants, method="fine", kind="real")
+                         {"ps-sync", "ps-async"}, variants, method="fine", kind=args.kind)
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 
