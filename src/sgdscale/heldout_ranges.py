@@ -118,9 +118,26 @@ def leave_one_set_out(sets: dict[int, Sequence[dict[str, Any]]]) -> dict[str, di
     return out
 
 
-def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str) -> dict[str, Any]:
+def with_framing(sets: dict[int, Sequence[dict[str, Any]]],
+                 factors: dict[str, dict[str, dict[str, float]]]) -> dict[int, list[dict[str, Any]]]:
+    """The sets with each named case's recorded predictions times its factor per variant: the
+    framing's own effect (benchmarks/link_payload.py) on sets predicted before nominal rates counted
+    it, the rest of the model each set was held out for unchanged."""
+    out = {}
+    for number, cases in sets.items():
+        out[number] = []
+        for case in cases:
+            scale = factors.get(str(number), {}).get(case["key"], {})
+            predicted = {v: t * scale.get(v, 1.0) for v, t in case.get("predicted_throughput", {}).items()}
+            out[number].append({**case, "predicted_throughput": predicted})
+    return out
+
+
+def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str,
+          framing_factors: Sequence[str] = ()) -> dict[str, Any]:
     """The data file's content from the cases of each held-out set (set number -> cases): each
-    bin's plain percentiles, and `low`/`high` widened by its source's leave-one-set-out factor."""
+    bin's plain percentiles, and `low`/`high` widened by its source's leave-one-set-out factor.
+    `framing_factors` names the factor files already applied to `sets` (`with_framing`), for the record."""
     cases = [c for number in sorted(sets) for c in sets[number]]
     widening = leave_one_set_out(sets)
     bins = []
@@ -130,6 +147,7 @@ def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str) -> dict[
     return {
         "schema": SCHEMA,
         "generated_by": generated_by,
+        "framing_factors": list(framing_factors),
         "sets": sorted(sets),
         "quantiles": list(QUANTILES),
         "min_cases": MIN_CASES,
