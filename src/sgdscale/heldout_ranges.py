@@ -3,7 +3,9 @@
 Every held-out validation set (benchmarks/grids/heldoutN.json, committed before its first run) was
 predicted by the model as it stood, then measured. The ratio measured / predicted throughput of
 each of its cases is an out-of-sample error, so the spread of those ratios says how far a new
-prediction of the same kind may be off. A bin is one (strategy, method, network source, kind):
+prediction of the same kind may be off. Sets predicted before nominal rates counted framing have
+their nominal and budget predictions scaled by the framing's own effect on each case
+(`with_framing`). A bin is one (strategy, method, network source, kind):
 source `measured` (a netbench network file), `nominal` (bandwidth and latency only) or `budget`
 (nominal with --cpu-per-node); kind `real` (real training) or `replay` (a profile replayed with
 sleeps). Its plain range is the 10th..90th percentile of the ratios; a bin of fewer than MIN_CASES
