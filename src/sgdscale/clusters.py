@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sgdscale.comm.framing import DEFAULT_MTU_BYTES
+from sgdscale.comm.framing import DEFAULT_MTU_BYTES, MTU_BYTES_RANGE
 from sgdscale.errors import UserError
 from sgdscale.inputs import LATENCY_S, ComputeScale, GpusPerNode, NodeIndex, ServerCount, WorkerCount
 from sgdscale.jsonio import read_document
@@ -67,7 +67,7 @@ class NicSpec(LinkSpec):
     """A node's NIC: a link, and what its rate counts besides payload (`sgdscale.comm.framing`)."""
 
     framing: Literal["ethernet", "tc", "none"] = "ethernet"
-    mtu: int = Field(default=DEFAULT_MTU_BYTES, ge=576, le=65536)
+    mtu: int = Field(default=DEFAULT_MTU_BYTES, ge=MTU_BYTES_RANGE[0], le=MTU_BYTES_RANGE[1])
 
 
 class ServerSpec(BaseModel):

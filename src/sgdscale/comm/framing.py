@@ -22,6 +22,7 @@ TCP_IP_HEADER_BYTES = 20 + 20 + 12  # IPv4, TCP, TCP timestamps option
 ETHERNET_HEADER_BYTES = 14
 ETHERNET_WIRE_EXTRA_BYTES = 4 + 8 + 12  # FCS, preamble and start delimiter, inter-frame gap
 DEFAULT_MTU_BYTES = 1500
+MTU_BYTES_RANGE = (576, 65536)  # IPv4's least MTU, the largest a Linux interface takes
 FRAMINGS = {
     "ethernet": "TCP over Ethernet; the rate is the NIC's line rate",
     "tc": "TCP over a link shaped by Linux tc (the rate counts frames from their Ethernet header)",
@@ -36,8 +37,9 @@ def payload_fraction(framing: str = "ethernet", mtu_bytes: int = DEFAULT_MTU_BYT
                         "(e.g. --framing ethernet)")
     if framing == "none":
         return 1.0
-    if not isinstance(mtu_bytes, int) or not 576 <= mtu_bytes <= 65536:
-        raise UserError(f"MTU must be a whole number of bytes from 576 to 65536, got {mtu_bytes} "
+    low, high = MTU_BYTES_RANGE
+    if not isinstance(mtu_bytes, int) or not low <= mtu_bytes <= high:
+        raise UserError(f"MTU must be a whole number of bytes from {low} to {high}, got {mtu_bytes} "
                         "(e.g. --mtu 1500, or --mtu 9000 for jumbo frames)")
     counted = mtu_bytes + ETHERNET_HEADER_BYTES + (ETHERNET_WIRE_EXTRA_BYTES if framing == "ethernet" else 0)
     return (mtu_bytes - TCP_IP_HEADER_BYTES) / counted

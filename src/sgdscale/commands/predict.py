@@ -9,6 +9,7 @@ import click
 from sgdscale.cluster import one_cluster_size
 from sgdscale import inputs
 from sgdscale.commands.calibration import apply_calibration, calibration_line, calibration_options
+from sgdscale.comm.framing import FRAMINGS
 from sgdscale.errors import UserError
 from sgdscale.jsonio import all_or_nothing
 from sgdscale.report.progress import DelayedProgress
@@ -168,7 +169,7 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
                    "8xV100-pcie, cpu-ethernet (docs/clusters.md). Flags override it.")
 @click.option("--bandwidth", default=None, help="NIC bandwidth per node, e.g. 10Gbit, 200Mbit. [default: 10Gbit]")
 @click.option("--latency", default=None, help="One-way NIC latency, e.g. 20us. [default: 20us]")
-@click.option("--framing", type=click.Choice(["ethernet", "tc", "none"]), default=None,
+@click.option("--framing", type=click.Choice(list(FRAMINGS)), default=None,
               help="What --bandwidth counts besides gradient bytes: ethernet (a NIC's line rate; TCP/IP headers "
                    "and Ethernet framing take 5.9% at MTU 1500), tc (a rate shaped by Linux tc, as on "
                    "sgdscale's emulated cluster: 4.4%) or none (already payload: InfiniBand, EFA). Unused with "
