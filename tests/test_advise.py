@@ -161,3 +161,22 @@ def test_parse_throughput():
     assert parse_throughput("2000/s") == 2000
     assert parse_throughput("2k/s") == 2000
     assert parse_throughput("1500 samples/s") == 1500
+
+
+def test_cli_states_ranges_where_held_out_runs_cover_the_point(tmp_path, capsys):
+    """A winner inside the held-out envelope gets the 80% range `predict` states for it; one outside
+    gets none, and the reason is printed once."""
+    from sgdscale.heldout_ranges import shipped
+
+    path = tmp_path / "advice.json"
+    code, out, err = run(capsys, "resnet18", "--workers", "4,64", "--bandwidth", "1Gbit", "--strategies", "allreduce",
+                         "--groupings", "buckets", "--bucket-sizes", "25", "--json", str(path))
+    assert code == 0, err
+    ranking = {row["workers"]: row["ranked"][0] for row in json.loads(path.read_text())["answers"]["ranking"]}
+    entry = shipped().bin("allreduce", "coarse", "nominal")
+    four = ranking[4]
+    assert four["likely_range"]["low"] == pytest.approx(four["throughput"] * entry["low"])
+    assert four["likely_range"]["high"] == pytest.approx(four["throughput"] * entry["high"])
+    assert "64 workers" in ranking[64]["likely_range"]["reason"]
+    assert "80% range" in out and "no 80% range for 64 workers" in out
+    assert f"{four['likely_range']['low']:,.1f}-{four['likely_range']['high']:,.1f}" in out

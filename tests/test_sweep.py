@@ -188,3 +188,45 @@ def test_ctrl_c_then_rerun_resumes(tmp_path):
                               "ps": [1, 2, 4]}))
     assert f"{kept // 7} already in" in done.stdout and f"{tasks - kept // 7} computed" in done.stdout
     assert len(sweep.read_rows(str(out))) == tasks * 7
+
+
+def test_rows_carry_predict_ranges_and_framing(tmp_path):
+    """Each row states the 80% range `predict` gives a nominal prediction (or why none), and the
+    framing its nominal rate was read with: payload framing none moves a link-bound row up by
+    exactly the Ethernet share the default framing takes."""
+    from sgdscale.comm.framing import payload_fraction
+    from sgdscale.heldout_ranges import attach
+
+    grid = {"profile": "resnet18", "workers": "1,4,64", "bandwidth": ["1Gbit"], "strategy": ["allreduce"]}
+    rows = {}
+    for framing in ("ethernet", "none"):
+        out = tmp_path / f"{framing}.csv"
+        sweep.run_sweep(sweep.expand(dict(grid, framing=framing)), str(out), jobs=1)
+        rows[framing] = {r["workers"]: r for r in sweep.read_rows(str(out))}
+    four = rows["ethernet"][4]
+    assert four["framing"] == "ethernet" and rows["none"][4]["framing"] == "none"
+    counts, cluster, comm, _ = resolve_cluster(workers="1,4,64", nodes=None, gpus_per_node=1, intra_bandwidth=None,
+                                               intra_latency=None, cluster_file=None, bandwidth="1Gbit",
+                                               latency=None, ps_count=1, ps_bandwidth=None, algorithm="ring",
+                                               network_file=None)
+    direct = predict(load_profile("resnet18"), cluster, Strategy(), comm, counts, ["coarse"])
+    attach(direct, "nominal")
+    by_workers = {r.workers: r for r in direct.results}
+    assert four["likely_low"] == by_workers[4].likely_range["low"] < four["throughput"]
+    assert four["likely_high"] == by_workers[4].likely_range["high"] and four["likely_note"] == ""
+    assert rows["ethernet"][64]["likely_low"] is None and "64 workers" in rows["ethernet"][64]["likely_note"]
+    assert rows["ethernet"][1]["likely_low"] is None and "1 worker" in rows["ethernet"][1]["likely_note"]
+    # 64 workers at 1 Gbit/s: the ring's bytes bound the step, so the payload share moves it
+    ratio = rows["none"][64]["throughput"] / rows["ethernet"][64]["throughput"]
+    assert 1.0 < ratio <= 1.0 / payload_fraction("ethernet") + 1e-9
+    assert rows["none"][1]["throughput"] == rows["ethernet"][1]["throughput"]  # no network at all
+
+
+def test_cli_framing_and_mtu(tmp_path, capsys):
+    out = tmp_path / "f.csv"
+    code, stdout, err = run(capsys, "gpt2", "--workers", "2", "--bandwidth", "1Gbit", "--framing", "ethernet",
+                            "--mtu", "9000", "-o", str(out), "-j", "1")
+    assert code == 0, err
+    code, _, err = run(capsys, "gpt2", "--workers", "2", "--mtu", "100", "-o", str(tmp_path / "bad.csv"))
+    assert code == 2 and "MTU" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "bad.csv").exists()

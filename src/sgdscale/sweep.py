@@ -55,6 +55,8 @@ SPEC_KEYS = {
     "ps_placement": (["dedicated"], "list"),
     "allreduce": (["flat"], "list"),
     "algorithm": ("ring", "scalar"),
+    "framing": ("ethernet", "scalar"),
+    "mtu": (1500, "scalar"),
     "method": (["coarse"], "list"),
     "iterations": (100, "scalar"),
     "warmup": (10, "scalar"),
@@ -62,13 +64,14 @@ SPEC_KEYS = {
     "variability": (True, "scalar"),
 }
 TASK_KEYS = ("profile", "workers", "gpus_per_node", "bandwidth", "latency", "intra_bandwidth", "intra_latency",
-             "strategy", "grouping", "bucket_mb", "ps", "ps_placement", "allreduce", "algorithm", "method",
-             "iterations", "warmup", "seed", "variability")
+             "strategy", "grouping", "bucket_mb", "ps", "ps_placement", "allreduce", "algorithm", "framing", "mtu",
+             "method", "iterations", "warmup", "seed", "variability")
 COLUMNS = (
     ("task", "str"), ("model", "str"), ("method", "str"), ("strategy", "str"), ("grouping", "str"),
     ("bucket_mb", "float"), ("ps_count", "int"), ("ps_placement", "str"), ("allreduce", "str"),
     ("gpus_per_node", "int"), ("nodes", "int"), ("workers", "int"), ("bandwidth_bps", "float"),
-    ("latency_s", "float"), ("throughput", "float"), ("speedup", "float"), ("efficiency", "float"),
+    ("latency_s", "float"), ("framing", "str"), ("throughput", "float"), ("likely_low", "float"),
+    ("likely_high", "float"), ("likely_note", "str"), ("speedup", "float"), ("efficiency", "float"),
     ("step_mean_s", "float"), ("step_p95_s", "float"), ("compute_s", "float"), ("exposed_comm_s", "float"),
     ("wait_s", "float"), ("limited_by", "str"), ("bottleneck", "str"), ("predict_time_s", "float"),
 )
@@ -165,11 +168,11 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
         s["bucket_mb"] = [float(v) for v in s["bucket_mb"]]
         s["ps"] = [_whole(v) for v in s["ps"]]
         s["gpus_per_node"] = [_whole(v) for v in s["gpus_per_node"]]
-        for key in ("iterations", "warmup", "seed"):
+        for key in ("iterations", "warmup", "seed", "mtu"):
             s[key] = _whole(s[key])
     except (TypeError, ValueError, OverflowError):
-        raise UserError("bucket_mb must be numbers (MiB); ps, gpus_per_node, iterations, warmup and seed whole "
-                        "numbers") from None
+        raise UserError("bucket_mb must be numbers (MiB); ps, gpus_per_node, iterations, warmup, seed and mtu "
+                        "whole numbers") from None
     for value in s["bucket_mb"]:
         inputs.check(value, "--bucket-mb", inputs.BUCKET_MIB, "e.g. --bucket-mb 5,25")
     for value in s["ps"]:
@@ -192,7 +195,8 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "ps": (ps if placement == "dedicated" else 1) if servers else None,
             "ps_placement": placement if servers else None,
             "allreduce": scheme if (kind == "allreduce" and gpus > 1) else "flat",
-            "algorithm": s["algorithm"], "method": method, "iterations": int(s["iterations"]),
+            "algorithm": s["algorithm"], "framing": str(s["framing"]), "mtu": s["mtu"], "method": method,
+            "iterations": int(s["iterations"]),
             "warmup": int(s["warmup"]), "seed": int(s["seed"]), "variability": bool(s["variability"]),
             "workers": _workers_text(s, gpus),
         }
@@ -246,7 +250,7 @@ def _inputs(task: dict[str, Any]):
         workers=task["workers"], nodes=None, gpus_per_node=task["gpus_per_node"],
         intra_bandwidth=task["intra_bandwidth"], intra_latency=task["intra_latency"], cluster_file=None,
         bandwidth=task["bandwidth"], latency=task["latency"], ps_count=task["ps"] or 1, ps_bandwidth=None,
-        algorithm=task["algorithm"], network_file=None)
+        algorithm=task["algorithm"], network_file=None, framing=task["framing"], mtu=task["mtu"])
     strategy = Strategy(kind=task["strategy"], grouping=task["grouping"],
                         bucket_bytes=(task["bucket_mb"] or 25.0) * MIB, algorithm=task["algorithm"],
                         allreduce=task["allreduce"], ps_placement=task["ps_placement"] or "dedicated")
@@ -259,21 +263,27 @@ def _inputs(task: dict[str, Any]):
 
 
 def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of one task: `predict` for all its worker counts (what `sgdscale predict` runs)."""
+    """The rows of one task: `predict` for all its worker counts (what `sgdscale predict` runs), each
+    with the 80% range `predict` states for a prediction from nominal figures (or why none)."""
+    from sgdscale.heldout_ranges import attach
     from sgdscale.predict import predict
 
     profile, counts, cluster, comm, strategy = _inputs(task)
     prediction = predict(profile, cluster, strategy, comm, counts, [task["method"]], iterations=task["iterations"],
                          warmup=task["warmup"], seed=task["seed"], variability=task["variability"])
+    attach(prediction, "nominal")
     rows = []
     for r in prediction.results:
+        likely = r.likely_range or {}
         rows.append({
             "task": task["key"], "model": profile.model, "method": r.method, "strategy": strategy.kind,
             "grouping": strategy.grouping, "bucket_mb": task["bucket_mb"], "ps_count": task["ps"],
             "ps_placement": task["ps_placement"], "allreduce": task["allreduce"],
             "gpus_per_node": cluster.gpus_per_node, "nodes": -(-r.workers // cluster.gpus_per_node),
             "workers": r.workers, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
-            "throughput": r.throughput, "speedup": r.speedup, "efficiency": r.efficiency,
+            "framing": cluster.framing, "throughput": r.throughput, "likely_low": likely.get("low"),
+            "likely_high": likely.get("high"), "likely_note": likely.get("reason", ""), "speedup": r.speedup,
+            "efficiency": r.efficiency,
             "step_mean_s": r.iteration_s["mean"], "step_p95_s": r.iteration_s["p95"],
             "compute_s": r.breakdown.compute_s, "exposed_comm_s": r.breakdown.exposed_comm_s,
             "wait_s": r.breakdown.wait_s, "limited_by": r.limited_by, "bottleneck": r.bottleneck,

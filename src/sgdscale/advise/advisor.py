@@ -96,6 +96,17 @@ class Advisor:
         self.cache[key] = found
         return found
 
+    def likely_range(self, point: Point, source: str) -> dict[str, Any]:
+        """The 80% range `predict` states for this point (`sgdscale.heldout_ranges`), or why none."""
+        from sgdscale.heldout_ranges import likely_range
+        from sgdscale.predict import describe_inputs
+
+        cluster, comm = self._comm_at(point.bandwidth_bps)
+        cluster = dataclasses.replace(cluster, workers=point.workers, ps_count=point.config.ps_count)
+        inputs = describe_inputs(self.profile, cluster, point.config.strategy(self.comm.algorithm), comm,
+                                 [point.workers], [point.method], **self.options)
+        return likely_range(inputs, point.workers, point.method, point.throughput, source)
+
     def upper_bound(self, config: Config, workers: int, bandwidth_bps: float | None = None) -> float:
         """Samples/s no prediction of `config` can exceed (module docstring)."""
         bound = workers * self.base_throughput() * (1 + 1e-9)

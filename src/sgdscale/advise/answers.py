@@ -78,8 +78,10 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
            kinds: Sequence[str] = KINDS, ps_counts: Sequence[int] = DEFAULT_PS_COUNTS,
            bucket_sizes_mib: Sequence[float] | None = None, groupings: Sequence[str] | None = None,
            iterations: int = 100, warmup: int = 10, seed: int = 0, variability: bool = True,
-           measured_network: bool = False) -> Advice:
-    """Search and answer (see the module docstring); `counts` is the worker grid, ascending."""
+           measured_network: bool = False, range_source: str | None = None) -> Advice:
+    """Search and answer (see the module docstring); `counts` is the worker grid, ascending.
+    `range_source` (`sgdscale.heldout_ranges.network_source`) gives every answer's point the 80%
+    range `predict` states for it [default: measured with a measured network, else nominal]."""
     check(counts, target_efficiency, target_throughput, price_per_node_hour, top, confirm, confirm_top,
           measured_network, cluster)
     began = time.perf_counter()
@@ -89,6 +91,7 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
     configs = candidates(profile, gpus, kinds=kinds, ps_counts=ps_counts,
                          bucket_sizes_mib=bucket_sizes_mib or DEFAULT_BUCKETS_MIB, groupings=groupings)
     counts = sorted(set(counts))
+    source = range_source or ("measured" if measured_network else "nominal")
     answers: dict[str, Any] = {}
 
     def pj(point: Point | None, answer: bool = False) -> dict[str, Any] | None:
@@ -96,6 +99,7 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
         if point is None:
             return None
         data = point.to_json(gpus)
+        data["likely_range"] = advisor.likely_range(point, source)
         if answer and confirm == "fine" and point.method != "fine":
             fine = _confirm(advisor, [point])[0]
             data["fine"] = {"throughput": fine.throughput, "efficiency": fine.efficiency,

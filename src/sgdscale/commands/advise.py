@@ -117,13 +117,17 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
     if method == "fine":  # each kind's cheapest configuration alone must fit the fine method's bound
         for kind in kinds:
             inputs.check_work(kind, ["fine"], counts, iterations + warmup, len(loaded.tensors))
+    from sgdscale.heldout_ranges import network_source
+
     with console.status("searching", spinner="dots") if console.is_terminal else _nothing():
         advice = advise(loaded, cluster, comm, counts, method=method, confirm=confirm, confirm_top=confirm_top,
                         top=top, target_efficiency=target_efficiency, target_throughput=throughput,
                         price_per_node_hour=price_per_node_hour, best_bucket=best_bucket, kinds=kinds,
                         ps_counts=counts_ps, bucket_sizes_mib=sizes, groupings=chosen_groupings,
                         iterations=iterations, warmup=warmup, seed=seed, variability=not no_variability,
-                        measured_network=bool(cluster_options.get("network_file")))
+                        measured_network=bool(cluster_options.get("network_file")),
+                        range_source=network_source(cluster_options.get("network_file"),
+                                                    cluster_options.get("cpu_per_node")))
     from sgdscale.report.advice import print_advice
 
     print_advice(console, advice)

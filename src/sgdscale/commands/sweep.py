@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sgdscale.comm.framing import FRAMINGS
 from sgdscale.errors import UserError
 
 # CLI option -> spec key; each takes a comma-separated list (workers/nodes take predict's COUNTS syntax).
@@ -11,7 +12,8 @@ GRID_OPTIONS = {
     "workers": "workers", "nodes": "nodes", "gpus_per_node": "gpus_per_node", "bandwidth": "bandwidth",
     "latency": "latency", "intra_bandwidth": "intra_bandwidth", "intra_latency": "intra_latency",
     "strategy": "strategy", "grouping": "grouping", "bucket_mb": "bucket_mb", "ps": "ps",
-    "ps_placement": "ps_placement", "allreduce": "allreduce", "algorithm": "algorithm", "method": "method",
+    "ps_placement": "ps_placement", "allreduce": "allreduce", "algorithm": "algorithm", "framing": "framing",
+    "mtu": "mtu", "method": "method",
     "iterations": "iterations", "warmup": "warmup", "seed": "seed",
 }
 
@@ -35,6 +37,11 @@ GRID_OPTIONS = {
 @click.option("--ps-placement", default=None, metavar="P,...", help="dedicated, colocated. [default: dedicated]")
 @click.option("--allreduce", default=None, metavar="A,...", help="flat, hierarchical, tree, auto (multi-device nodes).")
 @click.option("--algorithm", default=None, help="ring, tree or halving-doubling (one value). [default: ring]")
+@click.option("--framing", type=click.Choice(list(FRAMINGS)), default=None,
+              help="What --bandwidth counts, as for predict: ethernet (line rate; TCP/IP headers and framing take "
+                   "5.9% at MTU 1500), tc (a Linux tc shaped rate), none (already payload, e.g. InfiniBand). "
+                   "[default: ethernet]")
+@click.option("--mtu", type=int, default=None, metavar="BYTES", help="Ethernet MTU (9000: jumbo frames). [default: 1500]")
 @click.option("--method", default=None, metavar="M,...", help="coarse, fine. [default: coarse]")
 @click.option("--iterations", type=int, default=None, help="Simulated steps reported. [default: 100]")
 @click.option("--warmup", type=int, default=None, help="Simulated steps discarded first. [default: 10]")
@@ -52,7 +59,8 @@ def sweep_command(profile: str | None, spec_path: str | None, output: str, jobs:
                   plot_prefix: str | None, no_variability: bool, **options) -> None:
     """Predict every point of a grid for PROFILE (or the spec's `profile`): workers x bandwidth x
     latency x strategy x grouping x bucket size x server count (x devices per node, placement,
-    scheme, method). Each row is what `sgdscale predict` gives for that point.
+    scheme, method). Each row is what `sgdscale predict` gives for that point, with the 80% range
+    predict states for it (likely_low..likely_high, samples/s; likely_note says why a row has none).
 
     \b
     Examples:

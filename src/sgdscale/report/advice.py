@@ -24,17 +24,20 @@ def print_advice(console, advice: Advice) -> None:
     table = Table(title="Best configurations per worker count", title_justify="left", box=box.SIMPLE_HEAD,
                   pad_edge=False)
     for name, justify in (("workers", "right"), ("best configuration", "left"), ("samples/s", "right"),
-                          ("effic.", "right"), ("limited by", "left"), ("runner-up", "left"),
-                          ("margin", "right")):
+                          ("80% range", "right"), ("effic.", "right"), ("limited by", "left"),
+                          ("runner-up", "left"), ("margin", "right")):
         table.add_column(name, justify=justify)
     for row in answers["ranking"]:
         best = row["ranked"][0]
         runner = row["ranked"][1] if len(row["ranked"]) > 1 else None
         margin = f"+{(best['throughput'] / runner['throughput'] - 1) * 100:.1f}%" if runner else "-"
         name = best["label"] + (f" [{best['method']}]" if best["method"] == "fine" else "")
-        table.add_row(str(row["workers"]), name, f"{best['throughput']:,.1f}", f"{best['efficiency']:.0%}",
-                      best["limited_by"] or "-", runner["label"] if runner else "-", margin)
+        table.add_row(str(row["workers"]), name, f"{best['throughput']:,.1f}", range_cell(best),
+                      f"{best['efficiency']:.0%}", best["limited_by"] or "-", runner["label"] if runner else "-",
+                      margin)
     console.print(table)
+    for line in range_notes(answers["ranking"]):
+        console.print(line, highlight=False, soft_wrap=True)
     console.print("Why the winner wins (per worker count):", highlight=False)
     for row in answers["ranking"]:
         console.print(f"  {row['workers']:>5} workers: {row['why']}", highlight=False, soft_wrap=True)
@@ -65,6 +68,28 @@ def print_advice(console, advice: Advice) -> None:
     console.print(f"search: {search['configurations']} configurations x {search['worker_counts']} worker counts, "
                   f"{search['predictions']} predictions ({search['method']}{confirm}), {search['pruned_by_bound']} "
                   f"skipped by upper bounds, {search['wall_s']:.2f} s", highlight=False)
+
+
+def range_cell(point: dict[str, Any]) -> str:
+    """A point's 80% range as `low-high` (samples/s), or `-` where the held-out record gives none."""
+    likely = point.get("likely_range") or {}
+    return f"{likely['low']:,.1f}-{likely['high']:,.1f}" if "low" in likely else "-"
+
+
+def range_notes(ranking: list[dict[str, Any]]) -> list[str]:
+    """Where the ranges come from, and why winners have none (each reason once)."""
+    ranged = [row["ranked"][0]["likely_range"] for row in ranking if "low" in row["ranked"][0].get("likely_range", {})]
+    reasons = sorted({row["ranked"][0]["likely_range"]["reason"] for row in ranking
+                      if "reason" in row["ranked"][0].get("likely_range", {})})
+    lines = []
+    if ranged:
+        first = ranged[0]
+        lines.append(f"80% range: where 80% of real runs fell against predictions like these in held-out validation "
+                     f"(sets {first['sets']}, {first['cases']} cases, from {first['source']} network figures); it is "
+                     "the range of one prediction, not of the margin between two configurations")
+    if reasons:
+        lines.append("no 80% range for " + "; ".join(reasons))
+    return lines
 
 
 def _fine(point: dict[str, Any]) -> str:

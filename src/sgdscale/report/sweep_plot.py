@@ -67,16 +67,24 @@ def plot_sweep(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
     shown = bandwidths if len(bandwidths) <= 4 else [bandwidths[i * (len(bandwidths) - 1) // 3] for i in range(4)]
     fig, axes = plt.subplots(1, len(shown), figsize=(4.6 * len(shown), 4.2), squeeze=False, sharey=True)
     lines = _best(rows, lambda r: (r["bandwidth_bps"], r["strategy"], r["grouping"], r["workers"]))
-    series: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    series: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for (bw, kind, grouping, n), row in lines.items():
-        series[(bw, kind, grouping)].append((n, row["throughput"]))
+        series[(bw, kind, grouping)].append(row)
+    ranged_any = False
     for ax, bw in zip(axes[0], shown):
         for (b, kind, grouping), points in sorted(series.items()):
             if b != bw:
                 continue
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                    label=f"{KIND_LABELS[kind]}, {grouping}")
+            points.sort(key=lambda r: r["workers"])
+            drawn = ax.plot([r["workers"] for r in points], [r["throughput"] for r in points], marker="o",
+                            markersize=3, label=f"{KIND_LABELS[kind]}, {grouping}")
+            ranged = [r for r in points if r.get("likely_low") is not None and r.get("likely_high") is not None]
+            if ranged:  # the 80% range predict states, where the held-out record covers the point
+                ranged_any = True
+                ax.errorbar([r["workers"] for r in ranged], [r["throughput"] for r in ranged],
+                            yerr=[[r["throughput"] - r["likely_low"] for r in ranged],
+                                  [r["likely_high"] - r["throughput"] for r in ranged]],
+                            fmt="none", ecolor=drawn[0].get_color(), elinewidth=1, capsize=3, alpha=0.7)
         if len(workers) > 1 and workers[-1] / workers[0] >= 8:
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
@@ -87,7 +95,8 @@ def plot_sweep(rows: Sequence[dict[str, Any]], prefix: str) -> list[str]:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("throughput (samples/s, whole cluster)")
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle(f"{model}: throughput per grouping, best over the other swept choices ({method})", fontsize=10)
+    fig.suptitle(f"{model}: throughput per grouping, best over the other swept choices ({method})"
+                 + ("; bars: 80% range from held-out runs" if ranged_any else ""), fontsize=10)
     fig.tight_layout()
     path = f"{prefix}-curves.png"
     _save(fig, path)
