@@ -88,6 +88,11 @@ class Cluster:
         return payload_fraction(self.framing, self.mtu_bytes)
 
     @property
+    def payload_bps(self) -> float:
+        """The NIC's nominal rate less framing: the gradient bits per second it can move."""
+        return self.bandwidth_bps * self.payload_fraction
+
+    @property
     def server_bandwidth_bps(self) -> float:
         return self.ps_bandwidth_bps or self.bandwidth_bps
 

@@ -382,7 +382,7 @@ class Validator:
         from sgdscale.runtime.testbed import LINK_FRAMING
 
         cluster = Cluster(case.workers, case.bandwidth_bps, ps_count=max(1, case.ps_count), framing=LINK_FRAMING)
-        payload_bps = case.bandwidth_bps * cluster.payload_fraction
+        payload_bps = cluster.payload_bps
         nominal = CommModel.from_link(payload_bps, cluster.latency_s)
         models = {"nominal": nominal}
         if self.grid.cpu_per_node_cores:

@@ -65,8 +65,7 @@ class Advisor:
         if bandwidth_bps == self.cluster.bandwidth_bps:
             return self.cluster, self.comm
         cluster = dataclasses.replace(self.cluster, bandwidth_bps=bandwidth_bps)
-        return cluster, CommModel.from_link(bandwidth_bps * cluster.payload_fraction, self.cluster.latency_s,
-                                            self.comm.algorithm)
+        return cluster, CommModel.from_link(cluster.payload_bps, self.cluster.latency_s, self.comm.algorithm)
 
     def point(self, config: Config, workers: int, *, bandwidth_bps: float | None = None,
               method: str | None = None, iterations: int | None = None) -> Point:

@@ -245,7 +245,7 @@ def write_comparison(measurement, compare: dict, path: str) -> None:
         from sgdscale.runtime.testbed import LINK_FRAMING  # an emulated cluster's rate is tc's
 
         cluster = Cluster(cfg.workers, compare["bandwidth_bps"], ps_count=max(1, cfg.ps_count), framing=LINK_FRAMING)
-        comm = CommModel.from_link(cluster.bandwidth_bps * cluster.payload_fraction, cluster.latency_s)
+        comm = CommModel.from_link(cluster.payload_bps, cluster.latency_s)
     replay = cfg.workload == "replay"
     if replay and cfg.replay_compute == "sleep":
         comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
