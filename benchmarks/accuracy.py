@@ -32,7 +32,9 @@ def commands(set_name: str, out: Path) -> list[list[str]]:
                 "--strategies", ",".join(grid["strategies"]), "--cpu-per-node", str(spec["cpu_per_node"]),
                 "--repeats", str(spec["repeats"]), "-o", str(out),
                 # sets committed before validation's minimum window measured exactly --iterations
-                "--min-window", str(spec.get("min_window_s", 0))]
+                "--min-window", str(spec.get("min_window_s", 0)),
+                # sets committed before validation benchmarked the network every round measured it once
+                "--network-per-round" if spec.get("network_per_round") else "--network-once"]
         if "ps" in grid:  # server shards of the PS strategies (default 1)
             args += ["--ps", str(grid["ps"])]
         runs.append(args)

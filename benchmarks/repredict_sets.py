@@ -41,7 +41,7 @@ def grids_of(set_name: str) -> list[Grid]:
                         for m in g["models"]],
                  workers=g["workers"], bandwidths_bps=[parse_bandwidth_bps(b) for b in g["bandwidth"]],
                  strategies=g["strategies"], cpu_per_node_cores=spec["cpu_per_node"], repeats=spec["repeats"],
-                 ps_count=g.get("ps", 1))
+                 ps_count=g.get("ps", 1), network_per_round=spec.get("network_per_round", False))
             for g in spec["grids"]]
 
 

@@ -218,3 +218,23 @@ def test_short_steps_get_a_window_of_at_least_min_window_seconds():
     assert grid.iterations_for("allreduce", 0.2) == 100
     assert grid.iterations_for("allreduce", None) == 15  # no profile step known
 
+
+
+def test_network_per_round_paths_and_the_run_keeps_its_file(tmp_path):
+    """A grid that benchmarks every round names round r's file -rR; a kept set without such files
+    keeps reading its one file, and a set that has them is read per round whatever the flag."""
+    from sgdscale.commands.validate import model_spec
+
+    def make(per_round):
+        grid = Grid(specs=[model_spec("mlp", None)], workers=[2], bandwidths_bps=[1e9], strategies=["allreduce"],
+                    network_per_round=per_round)
+        return Validator(grid, tmp_path, log=lambda text: None)
+
+    once, every = make(False), make(True)
+    base = once.network_path(1e9)
+    assert once.network_path(1e9, 1) == base == every.network_path(1e9, 0)
+    assert every.network_path(1e9, 2).name == base.stem + "-r2.json"
+    base.parent.mkdir(parents=True)
+    (base.parent / (base.stem + "-r1.json")).write_text("{}")
+    assert once.network_path(1e9, 1).name == base.stem + "-r1.json"  # read where it exists
+    assert once.network_path(1e9, 2) == base

@@ -139,6 +139,7 @@ class Grid:
     repeats: int = 1
     pin_cpus: bool = True
     min_window_s: float = 0.0  # measured window at least this long by the profile's step (0: fixed count)
+    network_per_round: bool = False  # benchmark the network again before every round (`Validator.network_path`)
     cases_filter: Callable[[Case], bool] | None = field(default=None, repr=False)
 
     def iterations_for(self, strategy: str, step_s: float | None = None) -> int:
@@ -279,8 +280,12 @@ class Validator:
             counts.add(max(self.grid.workers) + self.grid.ps_count)
         return sorted(counts)
 
-    def network_path(self, bandwidth_bps: float) -> Path:
-        """The grid's network file, named by the process counts it was benchmarked with (`bench_runs`).
+    def network_path(self, bandwidth_bps: float, round_index: int = 0) -> Path:
+        """The grid's network file, named by the process counts it was benchmarked with (`bench_runs`);
+        round r's own (`-rR`) where the grid benchmarks the network before every round or the file
+        exists. The CPU a message and a byte of transport cost moved 39-111 us and 0.30-0.77 ns
+        between sets hours apart (`benchmarks/message_cpu_drift.py`), and both PS methods charge
+        them, so a file is only as good as it is close to the runs it predicts.
 
         Grids of one set share the folder, so a PS grid must not take an all-reduce grid's file: that
         one ran fewer processes, and its incast fewer senders than the PS cases have workers (set 17's
@@ -293,6 +298,10 @@ class Validator:
         if not path.exists() and legacy.exists() and "processes" not in json.loads(legacy.read_text()).get(
                 "environment", {}):
             return legacy
+        if round_index:
+            own = path.with_name(f"{path.stem}-r{round_index}.json")
+            if self.grid.network_per_round or own.exists():
+                return own
         return path
 
     def ensure_profile(self, spec: ModelSpec, round_index: int = 0) -> Path:
@@ -319,16 +328,18 @@ class Validator:
             raise UserError(f"profiling {spec.label} failed:\n{done.stderr.strip()[-2000:]}")
         return path
 
-    def ensure_network(self, bandwidth_bps: float) -> Path:
-        """Benchmark p2p, all-reduce and incast for every worker count of the grid on the shaped links."""
+    def ensure_network(self, bandwidth_bps: float, round_index: int = 0) -> Path:
+        """Benchmark p2p, all-reduce and incast for every worker count of the grid on the shaped links
+        (for round `round_index` where the grid benchmarks every round: `network_path`)."""
         from sgdscale.runtime.netbench import run_netbench
         from sgdscale.runtime.testbed import CFS_PERIOD_US, Testbed
 
-        path = self.network_path(bandwidth_bps)
+        path = self.network_path(bandwidth_bps, round_index)
         if path.exists():
             return path
         counts = self.bench_runs()
-        self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes")
+        self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes"
+                 + (f" (round {round_index + 1})" if round_index else ""))
         config = network_bench_config()
         with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores,
                      pin_cpus=self.grid.pin_cpus) as testbed:
@@ -344,18 +355,19 @@ class Validator:
         return path
 
     # ---------------------------------------------------------------- one case
-    def predict_case(self, case: Case, round_index: int = 0, reference_step_s: float | None = None
-                     ) -> dict[str, Any]:
+    def predict_case(self, case: Case, round_index: int = 0, reference_step_s: float | None = None,
+                     network_name: str | None = None) -> dict[str, Any]:
         """Both methods' results given the measured network file ("fine", "coarse") and given only
         the nominal bandwidth and default latency ("fine-nominal", "coarse-nominal"), as a user
         without a network benchmark would predict, and with the grid's CPU budget added to those
         ("fine-budget", "coarse-budget"), as `sgdscale predict --cpu-per-node` would. Given the run's own compute reference (a real
         case's `reference_step_s`), also from the measured network with the profile scaled to the
         run's compute speed ("fine-run-speed", "coarse-run-speed"): a diagnostic, not a prediction
-        anyone could make beforehand, that tells the model's error from the machine's drift."""
+        anyone could make beforehand, that tells the model's error from the machine's drift.
+        `network_name`: the file in networks/ the run recorded (default: the round's, `network_path`)."""
         from sgdscale.predict import predict
 
-        profile, cluster, strategy, comm, variability = self.case_inputs(case, round_index)
+        profile, cluster, strategy, comm, variability = self.case_inputs(case, round_index, network_name)
         prediction = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine", "coarse"),
                              iterations=self.predict_iterations, variability=variability)
         results = {r.method: r for r in prediction.results if r.workers == case.workers}
@@ -393,8 +405,10 @@ class Validator:
             models["budget"] = budget
         return cluster, models
 
-    def case_inputs(self, case: Case, round_index: int = 0) -> tuple[Any, Any, Any, Any, bool]:
-        """(profile, cluster, strategy, comm, variability) of the prediction from the measured network."""
+    def case_inputs(self, case: Case, round_index: int = 0, network_name: str | None = None
+                    ) -> tuple[Any, Any, Any, Any, bool]:
+        """(profile, cluster, strategy, comm, variability) of the prediction from the measured network
+        (the file `network_name` in networks/, else the round's)."""
         from sgdscale.cluster import Cluster
         from sgdscale.comm import CommModel, load_network
         from sgdscale.profile import load_profile
@@ -405,7 +419,8 @@ class Validator:
             # made on a node under the grid's quota before profiles recorded it (sgdscale.cpu_quota)
             profile = profile.model_copy(update={"provenance": {**profile.provenance,
                                                                 "cpu_quota_cores": self.grid.cpu_per_node_cores}})
-        network = load_network(self.ensure_network(case.bandwidth_bps))
+        network = load_network(self.out_dir / "networks" / network_name if network_name
+                               else self.ensure_network(case.bandwidth_bps, round_index))
         comm = CommModel.from_network(network)
         if sleeps(case):
             comm = dataclasses.replace(comm, interference=None, worker_cpu_s_per_message=0.0,
@@ -427,7 +442,7 @@ class Validator:
                                      variability=variability)
         write_side_by_side(measurement, predicted, self.trace_path(case, round_index), prediction={
             "method": "fine", "profile": str(self.profile_path(case.spec, round_index)),
-            "network": str(self.network_path(case.bandwidth_bps)), "variability": variability})
+            "network": str(self.network_path(case.bandwidth_bps, round_index)), "variability": variability})
 
     def window_steps(self, case: Case) -> int:
         """Measured steps of every run of `case`: by round 0's profile, so that all rounds measure
@@ -467,7 +482,7 @@ class Validator:
         from sgdscale.runtime.measurement import save_measurement
 
         self.ensure_profile(case.spec, round_index)  # before the run, so a failing profile costs no run
-        self.ensure_network(case.bandwidth_bps)
+        network = self.ensure_network(case.bandwidth_bps, round_index)
         started = time.time()
         measurement = self.measure_case(case)
         save_measurement(measurement, self.measurement_path(case, round_index))
@@ -480,12 +495,13 @@ class Validator:
             "measured_iteration_s": measurement.iteration_s.model_dump(),
             "run_wall_s": time.time() - started,
             "cpu": measurement.environment.cpu,
+            "network": network.name,
         }
         return self.predict_run(case, run)
 
     def predict_run(self, case: Case, run: dict[str, Any]) -> dict[str, Any]:
         """`run` with its predictions (re)computed from its round's profile and the network file."""
-        predicted = self.predict_case(case, run.get("round", 0), run.get("reference_step_s"))
+        predicted = self.predict_case(case, run.get("round", 0), run.get("reference_step_s"), run.get("network"))
         return {
             **run,
             "predicted_throughput": {m: r.throughput for m, r in predicted.items()},

@@ -130,6 +130,10 @@ def range_line(rows: list[dict]) -> str | None:
 @click.option("--repeats", type=int, default=3, show_default=True,
               help="Rounds over the whole grid: each case is measured this many times, interleaved with the "
                    "other cases, and scored by its median, with its band (min..max) shown.")
+@click.option("--network-per-round/--network-once", default=True, show_default=True,
+              help="Benchmark the network again before every round, beside that round's profiles: what a "
+                   "message and a byte of transport cost the CPU moves by up to 2x over hours on a shared "
+                   "machine, and the PS predictions charge it. --network-once: one file for all rounds.")
 @click.option("--pin-cpus/--no-pin-cpus", default=True, show_default=True,
               help="Pin each emulated node to its own core(s) besides its CPU quota.")
 @click.option("--repredict", is_flag=True,
@@ -143,8 +147,8 @@ def range_line(rows: list[dict]) -> str | None:
               help="Folder for results.json, cached profiles and network files, and the plot.")
 def validate(models: str, workload: str, replay_compute: str, workers_text: str, bandwidth_text: str,
              strategies: str, ps_count: int, batch_size: int | None, cpu_per_node: float, iterations: int,
-             min_window_s: float, warmup: int, repeats: int, pin_cpus: bool, repredict: bool, trace_dir: Path | None,
-             out_dir: Path) -> None:
+             min_window_s: float, warmup: int, repeats: int, network_per_round: bool, pin_cpus: bool, repredict: bool,
+             trace_dir: Path | None, out_dir: Path) -> None:
     """Check predictions against real distributed training on an emulated cluster (needs root
     and torch).
 
@@ -191,7 +195,7 @@ def validate(models: str, workload: str, replay_compute: str, workers_text: str,
                 bandwidths_bps=[parse_bandwidth_bps(b) for b in bandwidth_text.split(",")],
                 strategies=kinds, ps_count=ps_count, cpu_per_node_cores=cpu_per_node,
                 iterations=iterations, warmup=warmup, repeats=repeats, pin_cpus=pin_cpus,
-                min_window_s=min_window_s)
+                min_window_s=min_window_s, network_per_round=network_per_round)
     console = Console(stderr=True)
     validator = Validator(grid, out_dir, log=lambda text: console.log(text), trace_dir=trace_dir)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
