@@ -3,7 +3,7 @@ the measured and the fine method's predicted timeline side by side (`sync_offset
 
 `parse(argv, default_iterations, strategy)` takes the benchmark's own options before `--` and the
 model to train after it; `run(args, train_args, out_stem)` trains, keeps the trace gzipped at
-`out_stem.trace.json.gz` (the run's measurement at `out_stem.measurement.json`) and returns (measured
+`out_stem.trace.json.gz` (the run's measurement at `out_stem.measurement.json.gz`) and returns (measured
 throughput, trace).
 """
 
@@ -54,7 +54,8 @@ def run(args: argparse.Namespace, train_args: list[str], out_stem: Path) -> tupl
                         "--trace-profile", args.profile, "--trace-network", args.network, "-o", str(out_path)],
                        check=True, capture_output=True)
         throughput = json.loads(out_path.read_text())["throughput"]
-        shutil.copyfile(out_path, f"{out_stem}.measurement.json")  # its CPU report says what the nodes received
+        with open(out_path, "rb") as raw, gzip.open(f"{out_stem}.measurement.json.gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)  # its CPU report says what the nodes received
         trace = json.loads(trace_path.read_text())
         with open(trace_path, "rb") as raw, gzip.open(f"{out_stem}.trace.json.gz", "wb") as packed:
             shutil.copyfileobj(raw, packed)

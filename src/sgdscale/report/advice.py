@@ -85,7 +85,7 @@ def range_notes(ranking: list[dict[str, Any]]) -> list[str]:
     if ranged:
         first = ranged[0]
         lines.append(f"80% range: where 80% of real runs fell against predictions like these in held-out validation "
-                     f"(sets {first['sets']}, {first['cases']} cases, from {first['source']} network figures); it is "
+                     f"(sets {first['sets']}, from {first['source']} network figures); it is "
                      "the range of one prediction, not of the margin between two configurations")
     if reasons:
         lines.append("no 80% range for " + "; ".join(reasons))
