@@ -175,6 +175,32 @@ SEND_OVERLAPS_TRANSFER = False
 # on sets 10-36's sync PS (5.1% -> 5.3%, mean +1.3% -> +2.4%; results/receive_on_arrival_tuning.md).
 RECEIVE_ON_ARRIVAL = False
 
+# Whether a worker's pushes leave at its share of the shard's downlink (N workers pushing to one shard
+# at once) rather than at its own uplink's rate, with the backward's slowdown while they leave scaled
+# by that share: the CPU a byte costs is spent as the byte flows, so a flow slowed by sharing spreads
+# the same CPU over more time, part of it after backward. Real PS workers' backward, against its
+# profile, ran 1.13x (sync) and 1.09x (async) longer with 2 workers than with 3 on sets 19-45, where
+# the fine method predicts the same (`benchmarks/backward_by_workers.py`).
+SENDS_AT_FAIR_SHARE = False
+
+
+def fair_share_sends(send_s: list[list[float]], compute_slowdown: float, plan: PsPlan, links, push_caps: list[float],
+                     n: int) -> tuple[list[list[float]], list[float]]:
+    """(send seconds per worker and message, backward slowdown per worker) with each push at the
+    worker's share of its shard's downlink (SENDS_AT_FAIR_SHARE)."""
+    out, slowdowns = [], []
+    for w in range(n):
+        seconds, weighted, total = [], 0.0, 0.0
+        for m in range(plan.messages):
+            up, down = links.push_pairs[w][plan.shard[m]]
+            share = min(1.0, push_caps[down] / n / push_caps[up])
+            seconds.append(send_s[w][m] / share)
+            weighted += plan.bytes[m] * share
+            total += plan.bytes[m]
+        out.append(seconds)
+        slowdowns.append(1.0 + (compute_slowdown - 1.0) * (weighted / total if total > 0 else 1.0))
+    return out, slowdowns
+
 
 def in_update_order(replies: list[tuple], notice_s: float, post_rank: list[int], update_s: list[float],
                     messages: int) -> list[tuple]:
@@ -285,6 +311,10 @@ class PsRun:
         # per worker and message: seconds its own uplink needs to send it (compute_while_sending)
         self.send_s = [[plan.bytes[m] / push_caps[links.push_pairs[w][plan.shard[m]][0]] for m in range(plan.messages)]
                        for w in range(n)]
+        self.worker_slowdown = [self.compute_slowdown] * n
+        if SENDS_AT_FAIR_SHARE and self.compute_slowdown is not None:
+            self.send_s, self.worker_slowdown = fair_share_sends(self.send_s, self.compute_slowdown, plan, links,
+                                                                 push_caps, n)
         # per message: the shard's receive CPU of one copy that can run while the copy still arrives
         # (RECEIVE_OVERLAPS_TRANSFER), at most the copy's seconds on the shard's downlink
         self.receive_lead_s = [min(plan.receive_s[m], plan.bytes[m] / push_caps[links.push_pairs[0][plan.shard[m]][1]])
@@ -395,6 +425,7 @@ class PsRun:
         step_bwd = [0.0] * n  # how long it took (longer than the profile's under interference)
         # Interference: up_free[w], when w's uplink has sent what it was handed (compute_while_sending).
         kc, send_s, up_free = self.compute_slowdown, self.send_s, [0.0] * n
+        kc_of = self.worker_slowdown
         alpha_s = self.alpha_s
         # Sync PS, the shard's side of receive-before-send: the last step whose replies shard s has
         # all sent (its receives for the next step are posted then; `posted_t` is when that notice
@@ -474,7 +505,8 @@ class PsRun:
                     t_end = t + bwd
                     handed = None
                 else:  # backward slowed while the worker's own uplink sends (comm.interference)
-                    handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w], kc)
+                    handed, sent, t_end = compute_while_sending(t, rel, order, send_s[w], bwd, up_free[w],
+                                                                kc_of[w])
                     if order:
                         up_free[w] = sent[order[-1]]
                 if clock is not None:  # the same work on the node's CPU budget: hand-overs move with it
