@@ -8,7 +8,8 @@ runtime timed it: the gradient hooks' pushes included), over the backward its ro
 measured on one node alone, and over the backward the fine method predicts for that run (its own
 profile and network file, as `sgdscale validate` predicted it: the compute events named backward in
 the predicted timeline of every worker, interference included). Per (set, model, strategy) with
-both 2 and 3 workers: the medians of its runs and the ratio 2 over 3. Nothing is rerun.
+both 2 and 3 workers: the medians of its runs and the ratio 2 over 3, and how the pair's throughput
+scaled from 2 to 3 workers, measured over the fine method's as recorded. Nothing is rerun.
 
 A second table takes every part of the step the same way (forward compute, backward, the waits, the
 step; measured over predicted, per strategy and worker count): where the prediction's step time
@@ -86,9 +87,13 @@ def main(argv: list[str]) -> int:
         lambda: collections.defaultdict(list))
     # (strategy, workers) -> part -> per run, measured over predicted (the rest: its difference over the step)
     parts: dict[tuple, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
-    for name, validator, case, runs, _ in kept_cases(names, {"ps-sync", "ps-async"}):
+    # (set, model, strategy) -> workers -> (measured, recorded fine prediction) throughput, medians of the runs
+    throughputs: dict[tuple, dict[int, tuple[float, float]]] = collections.defaultdict(dict)
+    for name, validator, case, runs, measured_throughput in kept_cases(names, {"ps-sync", "ps-async"}):
         if case.spec.kind != "real" or case.workers not in (2, 3):
             continue
+        throughputs[(name, case.spec.label, case.strategy)][case.workers] = (
+            measured_throughput, statistics.median(run["predicted_throughput"]["fine"] for run in runs))
         for run in runs:
             round_index = run.get("round", 0)
             profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index, run.get("network"))
@@ -112,7 +117,8 @@ def main(argv: list[str]) -> int:
              "profile and network file, all workers) over the round's profiled backward; per pair, the median "
              "of its runs with 2 workers and with 3.", "",
              "| set | model | strategy | measured, 2 | predicted, 2 | measured, 3 | predicted, 3 | "
-             "measured 2 over 3 | predicted 2 over 3 |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "measured 2 over 3 | predicted 2 over 3 | throughput 3 over 2, measured / predicted |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     by_strategy: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for (name, label, strategy), per in ratios.items():
         if 2 not in per or 3 not in per:
@@ -125,8 +131,12 @@ def main(argv: list[str]) -> int:
         summary["predicted 2 over 3"].append(predicted_two_over_three)
         for w in (2, 3):
             summary[f"measured / predicted, {w} workers"].append(cells[w][0] / cells[w][1])
+        (measured_2, predicted_2), (measured_3, predicted_3) = (throughputs[(name, label, strategy)][w] for w in (2, 3))
+        scaling = (measured_3 / measured_2) / (predicted_3 / predicted_2)
+        summary["throughput 3 over 2, measured / predicted (fine, as recorded)"].append(scaling)
         lines.append(f"| {name} | {label} | {strategy} | {cells[2][0]:.2f} | {cells[2][1]:.2f} | {cells[3][0]:.2f} | "
-                     f"{cells[3][1]:.2f} | {measured_two_over_three:.2f} | {predicted_two_over_three:.2f} |")
+                     f"{cells[3][1]:.2f} | {measured_two_over_three:.2f} | {predicted_two_over_three:.2f} | "
+                     f"{scaling:.2f} |")
     lines += ["", "| strategy | ratio | pairs | median | above 1.03 | below 0.97 |", "|---|---|---:|---:|---:|---:|"]
     for strategy, named in sorted(by_strategy.items()):
         for what, values in named.items():
