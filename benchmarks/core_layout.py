@@ -1,20 +1,20 @@
 """Does where the testbed puts its nodes on the machine's cores change a PS worker's compute?
 
 The testbed pins every node to one core (`sgdscale.runtime.testbed.pack_cpus`); on this 2-core
-machine, until the testbed told workers from shards, a PS run of 2 workers and one shard put
-worker 0 and the shard on CPU 0 and worker 1 alone on CPU 1; with 3 workers, workers 0 and 2
-shared CPU 0 and worker 1 shared CPU 1 with the shard. A profile times the model on one node
-alone. Real PS workers' backward, against its profile, ran 1.13x (sync) and 1.09x (async) longer
-with 2 workers than with 3 on held-out sets 19-45, where the fine method predicts the same
-(`benchmarks/backward_by_workers.py`). This runs one real case under several layouts, interleaved
-over rounds (the order rotates), each round after a fresh profile on node 0 alone, and reports per
-worker its backward and forward compute against the profile, and the run's throughput:
+machine a PS run of 2 workers and one shard puts worker 0 and the shard on CPU 0 and worker 1 alone
+on CPU 1; with 3 workers, workers 0 and 2 share CPU 0 and worker 1 shares CPU 1 with the shard. A
+profile times the model on one node alone. Real PS workers' backward, against its profile, ran
+1.13x (sync) and 1.09x (async) longer with 2 workers than with 3 on held-out sets 19-45, where the
+fine method predicts the same (`benchmarks/backward_by_workers.py`). This runs one real case under
+several layouts, interleaved over rounds (the order rotates), each round after a fresh profile on
+node 0 alone, and reports per worker its backward and forward compute against the profile, and the
+run's throughput:
 
-- `2w-shard-beside-w0-cpu0`: 2 workers as validation placed them before (worker 0 and the shard on CPU 0);
-- `2w-workers-together-cpu0`: both workers on CPU 0, the shard alone on CPU 1 (as `pack_cpus` now
-  places them, mirrored);
+- `2w-shard-beside-w0-cpu0`: 2 workers as validation places them (worker 0 and the shard on CPU 0);
+- `2w-workers-together-cpu0`: both workers on CPU 0, the shard alone on CPU 1 (validation's layout
+  for held-out set 46 only, mirrored);
 - `2w-shard-beside-w1-cpu1`: the first layout mirrored (worker 0 alone on CPU 0);
-- `3w-shard-beside-w1-cpu1`: 3 workers as validation placed them before (now mirrored: the same shape).
+- `3w-shard-beside-w1-cpu1`: 3 workers as validation places them.
 
     .venv/bin/python benchmarks/core_layout.py [--model bert] [--strategies ps-sync,ps-async]
         [--bandwidth-mbit 620] [--quota 0.36] [--rounds 3] [--name NAME]
@@ -66,7 +66,7 @@ def run_layouts(args) -> dict:
             for layout in order:
                 workers, cpus = LAYOUTS[layout]
                 case = Case(spec, workers, args.bandwidth_mbit * 1e6, strategy, 1)
-                patch = mock.patch.object(testbed_module, "pack_cpus", lambda quotas, available, servers, cpus=cpus: cpus)
+                patch = mock.patch.object(testbed_module, "pack_cpus", lambda quotas, available, *_, cpus=cpus: cpus)
                 print(f"round {round_index + 1}: {strategy} {layout}", flush=True)
                 with patch:
                     measurement = validator.measure_case(case)

@@ -330,20 +330,6 @@ def test_pack_cpus_never_promises_a_core_more_than_it_has_when_avoidable():
     assert tb.pack_cpus([1.5, 0.5], [0, 1]) == [(0, 1), (0,)]
 
 
-def test_pack_cpus_keeps_workers_off_the_shards_cores_while_another_core_has_room():
-    # 2 workers and a shard: before, worker 0 shared CPU 0 with the shard; now the workers share CPU 1
-    assert tb.pack_cpus([0.36] * 3, [0, 1]) == [(0,), (1,), (0,)]
-    assert tb.pack_cpus([0.36] * 3, [0, 1], servers=1) == [(1,), (1,), (0,)]
-    # a third worker no longer fits beside the others: it takes the shard's core rather than overcommit one
-    assert tb.pack_cpus([0.36] * 4, [0, 1], servers=1) == [(1,), (1,), (0,), (0,)]
-    # two shards on two cores: someone shares, as before
-    assert tb.pack_cpus([0.3] * 6, [0, 1], servers=2) == [(0,), (1,), (0,), (1,), (0,), (1,)]
-    # more cores: workers spread over those without a shard first
-    assert tb.pack_cpus([0.45] * 4, [0, 1, 2, 3], servers=1) == [(1,), (2,), (3,), (0,)]
-    with pytest.raises(UserError, match="server nodes"):
-        Testbed(2, 1e9, 0.4, server_nodes=2)
-
-
 @needs_root
 def test_pinned_nodes_run_on_their_own_core_and_report_the_cpu_they_received():
     code = BUSY.format(s=1.0) + "import os; print(sorted(os.sched_getaffinity(0)))\n"

@@ -470,7 +470,7 @@ class Validator:
                 seq_len=case.spec.seq_len, model_options=dict(case.spec.options), **common,
             )
         with Testbed(case.nodes, case.bandwidth_bps, self.grid.cpu_per_node_cores,
-                     pin_cpus=self.grid.pin_cpus, server_nodes=case.ps_count) as testbed:
+                     pin_cpus=self.grid.pin_cpus) as testbed:
             return run_training(config, placement=testbed, timeout_s=1800)
 
     def measurement_path(self, case: Case, round_index: int = 0) -> Path:

@@ -180,9 +180,7 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
 
             quota = cpu_quota or min(1.0, (os.cpu_count() or 1) / config.world_size)
             config.bandwidth_bps, config.cpu_quota = parse_bandwidth_bps(bandwidth), quota
-            servers = config.ps_count if config.strategy != "allreduce" else 0
-            with Testbed(config.world_size, config.bandwidth_bps, quota, pin_cpus=pin_cpus,
-                         server_nodes=servers) as testbed:
+            with Testbed(config.world_size, config.bandwidth_bps, quota, pin_cpus=pin_cpus) as testbed:
                 measurement = run_training(config, testbed, timeout_s=timeout_s, on_progress=on_progress)
         else:
             measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)

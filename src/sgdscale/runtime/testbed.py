@@ -313,36 +313,20 @@ def available_cpus() -> list[int]:
     return cpus
 
 
-def pack_cpus(quotas: Sequence[float | None], cpus: Sequence[int], servers: int = 0) -> list[tuple[int, ...]]:
+def pack_cpus(quotas: Sequence[float | None], cpus: Sequence[int]) -> list[tuple[int, ...]]:
     """CPUs for each node: a node of quota q <= 1 gets the least-promised core (biggest quotas
     first, ties to the lowest CPU), so no core is promised more than it has whenever that is
-    possible; a node without a quota or above one core gets every CPU.
-
-    The last `servers` nodes are parameter-server shards: they are placed first, and workers then
-    keep off the shards' cores while a core without a shard still has room for them. A worker
-    beside a shard computes its backward while the shard receives and sums the pushes, on the same
-    core: on this testbed it took 1.15-1.35x its profile where the other workers took 1.0-1.2x, and
-    a 2-worker sync PS run with its workers together on one core and the shard alone ran 1.09-1.21x
-    the throughput of one with worker 0 beside the shard (`benchmarks/core_layout.py`)."""
+    possible; a node without a quota or above one core gets every CPU."""
     promised = {cpu: 0.0 for cpu in cpus}
     sets: list[tuple[int, ...]] = [tuple(cpus)] * len(quotas)
-    first_server = len(quotas) - servers
-
-    def by_quota(nodes: range) -> list[int]:
-        return sorted(nodes, key=lambda k: (-(quotas[k] or 0.0), k))
-
-    shard_cpus: set[int] = set()
-    for k in by_quota(range(first_server, len(quotas))) + by_quota(range(first_server)):
+    order = sorted(range(len(quotas)), key=lambda k: (-(quotas[k] or 0.0), k))
+    for k in order:
         quota = quotas[k]
         if quota is None or quota > 1.0:
             continue
-        fits = [c for c in cpus if promised[c] + quota <= 1.0 + 1e-9]
-        apart = [c for c in fits if c not in shard_cpus] if k < first_server else []
-        cpu = min(apart or fits or cpus, key=lambda c: (promised[c], c))
+        cpu = min(cpus, key=lambda c: (promised[c], c))
         promised[cpu] += quota
         sets[k] = (cpu,)
-        if k >= first_server:
-            shard_cpus.add(cpu)
     return sets
 
 
@@ -367,8 +351,7 @@ class Testbed:
     bandwidth_bps: every node's NIC rate, each direction. cpu_quota_cores: CPU cores per node (one
     number for all nodes, or one per node), e.g. 0.45 with 4 nodes on a 2-core machine; None means
     no quota. The node cgroups together must not promise more cores than the machine has.
-    pin_cpus: also give each node its own core(s) (see `pack_cpus`); server_nodes: how many of the
-    last nodes are parameter-server shards, which workers keep off where they can. cfs_period_us: the CFS
+    pin_cpus: also give each node its own core(s) (see `pack_cpus`). cfs_period_us: the CFS
     bandwidth period (the quota is enforced per period; see the module docstring). tbf_burst_s:
     the token bucket's burst in seconds of line rate, tbf_limit_s its queue (default: `TbfParams.for_rate`'s
     rules). tcp_congestion_control: every node's TCP congestion control (default: `default_congestion_control`;
@@ -385,7 +368,6 @@ class Testbed:
         name_prefix: str | None = None,
         *,
         pin_cpus: bool = False,
-        server_nodes: int = 0,
         cfs_period_us: int = CFS_PERIOD_US,
         tbf_burst_s: float | None = None,
         tbf_limit_s: float | None = None,
@@ -416,9 +398,7 @@ class Testbed:
         self.bandwidth_bps = float(bandwidth_bps)
         self.cpu_quotas = quotas
         self.cfs_period_us = int(cfs_period_us)
-        if not 0 <= server_nodes < nodes:
-            raise UserError(f"an emulated cluster of {nodes} nodes has 0 to {nodes - 1} server nodes, got {server_nodes}")
-        self.cpu_sets = pack_cpus(quotas, available_cpus(), server_nodes) if pin_cpus else None
+        self.cpu_sets = pack_cpus(quotas, available_cpus()) if pin_cpus else None
         self.tbf = TbfParams.for_rate(self.bandwidth_bps, tbf_burst_s, tbf_limit_s)
         self.tcp_congestion_control = (default_congestion_control() if tcp_congestion_control == "default"
                                        else tcp_congestion_control)
