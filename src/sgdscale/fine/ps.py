@@ -180,7 +180,10 @@ RECEIVE_ON_ARRIVAL = False
 # by that share: the CPU a byte costs is spent as the byte flows, so a flow slowed by sharing spreads
 # the same CPU over more time, part of it after backward. Real PS workers' backward, against its
 # profile, ran 1.13x (sync) and 1.09x (async) longer with 2 workers than with 3 on sets 19-45, where
-# the fine method predicts the same (`benchmarks/backward_by_workers.py`).
+# the fine method predicts the same (`benchmarks/backward_by_workers.py`). Modelled, not used: it moved
+# the predicted 2-over-3 backward from 1.00 to 1.01 (`--sends-at-fair-share`,
+# results/backward_by_workers-fair-share.md); the runs' difference came from where the testbed puts
+# its nodes on the cores (`benchmarks/core_layout.py`).
 SENDS_AT_FAIR_SHARE = False
 
 
