@@ -194,14 +194,14 @@ def test_validation_measures_incast_on_the_bandwidth_bound_sizes():
 
 
 def test_the_netbench_report_prints_the_sharing_fit():
-    from sgdscale.commands.testbed import fits_table
+    from sgdscale.commands.testbed import network_notes
 
     sharing = Sharing(weight_sigma=0.221, first_last={"2": 0.95, "4": 0.82}, repeats={"2": 8, "4": 40},
                       bytes=[1_000_000, 16_000_000])
-    caption = fits_table(Network(source="x", p2p=P2P, sharing=sharing)).caption
+    caption = "\n".join(network_notes(Network(source="x", p2p=P2P, sharing=sharing)))
     assert "link sharing: weight sigma 0.221" in caption
     assert "0.950 with 2 senders (8 repeats), 0.820 with 4 senders (40 repeats)" in caption
-    assert "link sharing" not in (fits_table(Network(source="x", p2p=P2P)).caption or "")
+    assert not any("link sharing" in note for note in network_notes(Network(source="x", p2p=P2P)))
 
 
 def test_a_prediction_says_when_it_shares_links_unequally(tmp_path, capsys):

@@ -144,6 +144,14 @@ def fits_table(network) -> Table:
     for op, workers, fit in rows:
         table.add_row(op, workers, format_seconds(fit.alpha_s), f"{fit.beta_s_per_byte * 1e9:.4g} ns/B",
                       format_bandwidth(8 / fit.beta_s_per_byte))
+    return table
+
+
+def network_notes(network) -> list[str]:
+    """One line per measured effect beyond the fits (interference, CPU cost, sharing, outcast).
+
+    Printed as whole lines, not as a table caption: a caption wraps to the table's width, which
+    moves with the figures and splits a line where a reader (or a grep) looks for it."""
     itf, cpu = network.interference, network.cpu
     notes = []
     if itf is not None:
@@ -171,9 +179,7 @@ def fits_table(network) -> Table:
         notes.append(f"flows out of one node ({format_bytes(out.bytes)} each): a flow started while another leaves "
                      f"gets weight {out.newcomer_weight:.2f} of the link (1: equal sharing); started together, the "
                      f"first done at {out.first_second_together:.2f} of the second's time")
-    if notes:
-        table.caption = "\n".join(notes)
-    return table
+    return notes
 
 
 def sharing_line(sharing) -> str:
@@ -299,6 +305,8 @@ def _show_and_write(console: Console, network, output: str | None) -> None:
 
     console.print(network_table(network))
     console.print(fits_table(network))
+    for note in network_notes(network):
+        console.print(note, highlight=False, soft_wrap=True)
     if network.sharing is None and any(point.op == "incast" for point in network.points):
         from sgdscale.comm.sharing import UNMEASURED_SHARING_NOTE
 
