@@ -166,18 +166,22 @@ def _overlap_repeat(dist, tensor, unit) -> dict[str, float]:
     dist.all_reduce(tensor)
     comm_alone = time.perf_counter() - began
 
-    # compute while the all-reduce is in flight: per-unit time over the units that finished before it did
+    # compute while the all-reduce is in flight: per-unit time over the units that finished before it did;
+    # where it finished inside the first unit (a fast link, a slow core), that unit is the sample: it
+    # overlapped the whole all-reduce, so it understates the slowdown rather than leaving none measured
     dist.barrier()
     work = dist.all_reduce(tensor, async_op=True)
     began = time.perf_counter()
     units, last_end = 0, began
-    while not work.is_completed():
+    while True:
         unit()
         if work.is_completed():
+            if not units:
+                units, last_end = 1, time.perf_counter()
             break
         units, last_end = units + 1, time.perf_counter()
     work.wait()
-    compute_overlap = (last_end - began) / units if units else None  # JSON has no NaN
+    compute_overlap = (last_end - began) / units
 
     # the all-reduce while the compute loop runs in another thread (torch releases the GIL)
     stop = threading.Event()
