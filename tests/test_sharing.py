@@ -198,9 +198,9 @@ def test_the_netbench_report_prints_the_sharing_fit():
 
     sharing = Sharing(weight_sigma=0.221, first_last={"2": 0.95, "4": 0.82}, repeats={"2": 8, "4": 40},
                       bytes=[1_000_000, 16_000_000])
-    caption = "\n".join(network_notes(Network(source="x", p2p=P2P, sharing=sharing)))
-    assert "link sharing: weight sigma 0.221" in caption
-    assert "0.950 with 2 senders (8 repeats), 0.820 with 4 senders (40 repeats)" in caption
+    notes = "\n".join(network_notes(Network(source="x", p2p=P2P, sharing=sharing)))
+    assert "link sharing: weight sigma 0.221" in notes
+    assert "0.950 with 2 senders (8 repeats), 0.820 with 4 senders (40 repeats)" in notes
     assert not any("link sharing" in note for note in network_notes(Network(source="x", p2p=P2P)))
 
 

@@ -176,10 +176,10 @@ def _overlap_repeat(dist, tensor, unit) -> dict[str, float]:
     while True:
         unit()
         if work.is_completed():
-            if not units:
-                units, last_end = 1, time.perf_counter()
             break
         units, last_end = units + 1, time.perf_counter()
+    if not units:
+        units, last_end = 1, time.perf_counter()
     work.wait()
     compute_overlap = (last_end - began) / units
 
