@@ -48,6 +48,7 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from core_sharing import SETTINGS as CO_NODES
@@ -82,46 +83,39 @@ while True:
 """
 
 
-def parse_setting(name: str) -> tuple[tuple[int, ...], bool, tuple[int, str] | None]:
-    """(co-nodes, spinners on, (CPU, kind) of a bursty neighbour or None) for a setting's name."""
-    if name.removesuffix(", rps") in TRAFFIC:
-        return (), False, None
+@dataclass(frozen=True)
+class Setting:
+    """What runs beside node 0 in one setting, parsed once from its name (module docstring)."""
+
+    co_nodes: tuple[int, ...] = ()  # other nodes profiling the model in a loop
+    spin: bool = False  # a SCHED_IDLE busy loop on every CPU
+    burst: tuple[int, str] | None = None  # (CPU, kind) of a bursty process
+    traffic: tuple[int, int] | None = None  # (sender, receiver) nodes of a bulk TCP stream
+    rps: bool = False  # receive packet steering on every veth
+
+
+def parse_setting(name: str) -> Setting:
+    traffic = name.removesuffix(", rps")
+    if traffic in TRAFFIC:
+        return Setting(traffic=TRAFFIC[traffic], rps=name != traffic)
     parts = [part.strip() for part in name.split(",")]
     placement, extras = parts[0], parts[1:]
-    spin = "spinners" in extras
     bursts = [e.split()[1] for e in extras if e.startswith("bursts ")]
     if placement not in CO_NODES or any(e != "spinners" and not e.startswith("bursts ") for e in extras) \
             or any(kind not in BURST_KINDS for kind in bursts) or (bursts and placement == "alone"):
         raise SystemExit(f"unknown setting {name!r}: PLACEMENT[, spinners][, bursts python|memory] with PLACEMENT "
-                         f"one of {', '.join(CO_NODES)} (bursts: same core or other core)")
+                         f"one of {', '.join(CO_NODES)} (bursts: same core or other core), or one of "
+                         f"{', '.join(TRAFFIC)} [, rps]")
+    spin = "spinners" in extras
     if bursts:  # the burst process is the neighbour, instead of a co-node
-        return (), spin, (0 if placement == "same core" else 1, bursts[0])
-    return CO_NODES[placement], spin, None
+        return Setting(spin=spin, burst=(0 if placement == "same core" else 1, bursts[0]))
+    return Setting(co_nodes=CO_NODES[placement], spin=spin)
 
 
-@contextmanager
-def stream(testbed: Testbed, name: str):
-    """A bulk TCP stream between the setting's two nodes (`TRAFFIC`) while the block runs."""
-    if name.removesuffix(", rps") not in TRAFFIC:
-        yield
-        return
-    src, dst = TRAFFIC[name.removesuffix(", rps")]
-    receiver = testbed.popen(dst, [sys.executable, "-c", _RECEIVER, str(STREAM_PORT)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sender = testbed.popen(src, [sys.executable, "-c", _SENDER, testbed.address(dst), str(STREAM_PORT),
-                                 str(1 << 40)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield
-    finally:
-        for proc in (sender, receiver):
-            proc.kill()
-            proc.wait()
-
-
-def link_bytes(testbed: Testbed) -> list[int]:
-    """Bytes every node has sent so far (what its host-side veth received)."""
-    return [int(Path(f"/sys/class/net/{testbed.host_veth(node)}/statistics/rx_bytes").read_text())
-            for node in range(testbed.nodes)]
+def link_bytes(testbed: Testbed) -> int:
+    """Bytes all nodes have sent so far (what their host-side veths received)."""
+    return sum(int(Path(f"/sys/class/net/{testbed.host_veth(node)}/statistics/rx_bytes").read_text())
+               for node in range(testbed.nodes))
 
 
 def set_rps(testbed: Testbed, on: bool) -> None:
@@ -134,32 +128,31 @@ def set_rps(testbed: Testbed, on: bool) -> None:
 
 
 @contextmanager
-def steering(testbed: Testbed, name: str):
-    """The setting's packet steering (`, rps`) while the block runs; off again after."""
-    on = name.endswith(", rps")
-    if on:
-        set_rps(testbed, True)
-    try:
-        yield
-    finally:
-        if on:
-            set_rps(testbed, False)
-
-
-@contextmanager
-def neighbours(spin: bool, burst: tuple[int, str] | None, burst_s: float, gap_s: float):
-    """The setting's processes outside the testbed, for as long as the block runs."""
-    cpus = sorted(os.sched_getaffinity(0))
-    scripts = [SPIN.format(cpu=cpu) for cpu in cpus] if spin else []
-    if burst:
-        scripts.append(BURST.format(cpu=burst[0], memory=burst[1] == "memory", burst_s=burst_s, gap_s=gap_s))
+def neighbours(testbed: Testbed, setting: Setting, burst_s: float, gap_s: float):
+    """The setting's spinners, bursty process, stream and packet steering, for as long as the block runs
+    (the co-nodes are `core_sharing.measure`'s)."""
+    scripts = [SPIN.format(cpu=cpu) for cpu in sorted(os.sched_getaffinity(0))] if setting.spin else []
+    if setting.burst:
+        cpu, kind = setting.burst
+        scripts.append(BURST.format(cpu=cpu, memory=kind == "memory", burst_s=burst_s, gap_s=gap_s))
     procs = [subprocess.Popen([sys.executable, "-c", script], start_new_session=True) for script in scripts]
+    if setting.rps:
+        set_rps(testbed, True)
+    if setting.traffic:
+        src, dst = setting.traffic
+        procs.append(testbed.popen(dst, [sys.executable, "-c", _RECEIVER, str(STREAM_PORT)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        procs.append(testbed.popen(src, [sys.executable, "-c", _SENDER, testbed.address(dst), str(STREAM_PORT),
+                                         str(1 << 40)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True))
     try:
         yield
     finally:
-        for proc in procs:
+        for proc in reversed(procs):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if setting.rps:
+            set_rps(testbed, False)
 
 
 def spread(values: list[float]) -> float:
@@ -221,13 +214,12 @@ def main(argv: list[str]) -> int:
         print(f"CPU sets per node: {testbed.cpu_sets}", flush=True)
         for round_index in range(args.rounds):
             for name in names if round_index % 2 == 0 else names[::-1]:
-                co_nodes, spin, burst = settings[name]
-                moved_before, began = sum(link_bytes(testbed)), time.perf_counter()
-                with neighbours(spin, burst, args.burst_ms / 1e3, args.gap_ms / 1e3), steering(testbed, name), \
-                        stream(testbed, name):
-                    result = measure(testbed, args.model, co_nodes, Path(tmp))
-                moved = sum(link_bytes(testbed)) - moved_before
-                rows[name].append({**result, "link_bytes": moved, "seconds": time.perf_counter() - began})
+                setting = settings[name]
+                moved_before, began = link_bytes(testbed), time.perf_counter()
+                with neighbours(testbed, setting, args.burst_ms / 1e3, args.gap_ms / 1e3):
+                    result = measure(testbed, args.model, setting.co_nodes, Path(tmp))
+                rows[name].append({**result, "link_bytes": link_bytes(testbed) - moved_before,
+                                   "seconds": time.perf_counter() - began})
                 print(f"round {round_index + 1} {name:28s} forward {result['forward_s'] * 1e3:7.1f} ms, "
                       f"backward {result['backward_s'] * 1e3:7.1f} ms, links "
                       f"{rows[name][-1]['link_bytes'] * 8 / rows[name][-1]['seconds'] / 1e6:.0f} Mbit/s", flush=True)
