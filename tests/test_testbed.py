@@ -347,5 +347,10 @@ def test_pinned_nodes_run_on_their_own_core_and_report_the_cpu_they_received():
         assert node["received_cores"] * report["wall_s"] >= busy["cpu_s"] * 0.9
         assert node["received_cores"] <= 0.5 * 1.1
         assert 0 < node["throttled_periods_fraction"] <= 1  # other load on the core can keep it below quota
+        # the busy loop runs in user mode: cpuacct.stat's tick samples put most of it there
+        assert node["user_cores"] > 4 * node["system_cores"]
+        assert node["user_cores"] + node["system_cores"] == pytest.approx(node["received_cores"], abs=0.1)
     assert report["other_load_cores"] >= 0
+    assert set(tb.available_cpus()) <= {c["cpu"] for c in report["cpus"]}
+    assert all(c["softirq_cores"] >= 0 and c["system_cores"] >= 0 for c in report["cpus"])
     assert leftovers(prefix) == []

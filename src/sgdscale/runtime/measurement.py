@@ -145,7 +145,8 @@ class Environment(_Strict):
     date: str
     # On the emulated cluster, from the launcher's view of the measured window (within its polling
     # interval): each node's quota, pinned CPUs, the cores it really received and how often CFS
-    # throttled it, and the CPU the rest of the machine used meanwhile (Testbed.cpu_report).
+    # throttled it, its user and kernel time, each CPU's softirq time, and the CPU the rest of the
+    # machine used meanwhile (Testbed.cpu_report).
     cpu: dict[str, Any] | None = None
 
 

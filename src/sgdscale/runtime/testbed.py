@@ -53,7 +53,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -337,12 +337,35 @@ def machine_busy_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _split_cores(before: list, after: list, node: int, wall_s: float) -> dict[str, float]:
+    """A node's user and kernel cores between two snapshots (nothing where cpuacct is missing)."""
+    if node >= len(before) or node >= len(after) or before[node] is None or after[node] is None or wall_s <= 0:
+        return {}
+    return {f"{key}_cores": (after[node].get(key, 0.0) - before[node].get(key, 0.0)) / wall_s
+            for key in ("user", "system")}
+
+
+def per_cpu_kernel_s() -> dict[int, dict[str, float]]:
+    """Per CPU, seconds since boot spent in the kernel for tasks (`system`) and in softirqs (`softirq`;
+    /proc/stat, sampled at each tick). The network's packet work runs in softirq on the CPU where a
+    packet was sent (veth delivers on the sender's CPU)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            out[int(name[3:])] = {"system": int(fields[2]) / tick, "softirq": int(fields[6]) / tick}
+    return out
+
+
 @dataclass(frozen=True)
 class CpuSnapshot:
     time_s: float
     usage_s: list[float | None]
     stats: list[dict[str, int]]
     machine_busy_s: float
+    user_system_s: list[dict[str, float] | None] = field(default_factory=list)
+    per_cpu_kernel_s: dict[int, dict[str, float]] = field(default_factory=dict)
 
 
 class Testbed:
@@ -590,10 +613,21 @@ class Testbed:
         path = CGROUP_CPUACCT_ROOT / self.cgroup(node).name / "cpuacct.usage"
         return int(path.read_text()) / 1e9 if path.exists() else None
 
+    def cpu_user_system_s(self, node: int) -> dict[str, float] | None:
+        """CPU seconds the node's processes spent in user mode and in the kernel (cpuacct.stat, sampled
+        at each tick; `system` includes the softirq work that interrupted them, which this kernel
+        charges to the running task and its quota: no IRQ_TIME_ACCOUNTING). None without cpuacct."""
+        path = CGROUP_CPUACCT_ROOT / self.cgroup(node).name / "cpuacct.stat"
+        if not path.exists():
+            return None
+        tick = os.sysconf("SC_CLK_TCK")
+        return {key: int(value) / tick for key, value in (line.split() for line in path.read_text().splitlines() if line)}
+
     def cpu_snapshot(self) -> CpuSnapshot:
         """Per-node CPU received and throttling, plus the whole machine's busy time, at one moment."""
         return CpuSnapshot(time.monotonic(), [self.cpu_usage_s(k) for k in range(self.nodes)],
-                           [self.cpu_stats(k) for k in range(self.nodes)], machine_busy_s())
+                           [self.cpu_stats(k) for k in range(self.nodes)], machine_busy_s(),
+                           [self.cpu_user_system_s(k) for k in range(self.nodes)], per_cpu_kernel_s())
 
     def cpu_report(self, before: CpuSnapshot, after: CpuSnapshot) -> dict[str, Any]:
         """What each node received between two snapshots against what its quota promised, and how
@@ -615,11 +649,17 @@ class Testbed:
                 "throttled_periods_fraction": throttled / periods if periods else 0.0,
                 "throttled_s": (after.stats[k].get("throttled_time", 0)
                                 - before.stats[k].get("throttled_time", 0)) / 1e9,
+                **_split_cores(before.user_system_s, after.user_system_s, k, wall_s),
             })
         busy_s = after.machine_busy_s - before.machine_busy_s
+        cpus = [{"cpu": cpu, **{f"{key}_cores": (now[key] - before.per_cpu_kernel_s[cpu][key]) / wall_s
+                                for key in ("system", "softirq")}}
+                for cpu, now in sorted(after.per_cpu_kernel_s.items())
+                if cpu in before.per_cpu_kernel_s and wall_s > 0]
         return {"wall_s": wall_s, "cfs_period_us": self.cfs_period_us, "pinned": self.cpu_sets is not None,
                 "tcp_congestion_control": self.tcp_congestion_control, "nodes": nodes,
-                "other_load_cores": None if wall_s <= 0 else max(0.0, busy_s - ours_s) / wall_s}
+                "other_load_cores": None if wall_s <= 0 else max(0.0, busy_s - ours_s) / wall_s,
+                "cpus": cpus}
 
     def measure_bandwidth(self, src: int, dst: int, nbytes: int | None = None, port: int = 5201,
                           timeout_s: float = 60.0) -> Bandwidth:
