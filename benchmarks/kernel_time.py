@@ -50,7 +50,7 @@ def run_rows(path: Path) -> list[dict]:
     rows = []
     for record, node, where in zip(data["workers"], nodes, positions(cpu, workers)):
         rows.append({
-            "run": path.stem, "worker": record["rank"], "where": where,
+            "run": path.stem, "strategy": config["strategy"], "worker": record["rank"], "where": where,
             "user_cores": node["user_cores"], "kernel_cores": node["system_cores"],
             "cpu_softirq_cores": sum(softirq.get(c, 0.0) for c in node["cpus"] or []),
             "shard_kernel_cores": sum(s["system_cores"] for s in shards),
@@ -83,9 +83,10 @@ def main(argv: list[str]) -> int:
                      f"| {r['backward_ms']:.1f} |")
     # Within each run: the worker beside the shard against the median of the others (the same run's
     # machine speed, the same step pattern), then the median of those ratios over runs.
-    ratios: dict[str, list[float]] = {"kernel cores": [], "user cores": [], "forward": [], "backward": []}
+    ratios: dict[tuple[str, str], list[float]] = {}
     keys = {"kernel cores": "kernel_cores", "user cores": "user_cores", "forward": "forward_ms",
             "backward": "backward_ms"}
+    extra: list[float] = []  # the beside worker's kernel cores over the others', as a share of its CPU
     for run in dict.fromkeys(r["run"] for r in rows):
         beside = [r for r in rows if r["run"] == run and r["where"] == "beside the shard"]
         apart = [r for r in rows if r["run"] == run and r["where"] == "apart"]
@@ -94,13 +95,22 @@ def main(argv: list[str]) -> int:
         for name, key in keys.items():
             other = statistics.median(r[key] for r in apart)
             if other > 0:
-                ratios[name].append(statistics.median(r[key] for r in beside) / other)
+                ratio = statistics.median(r[key] for r in beside) / other
+                for strategy in ("all", beside[0]["strategy"]):
+                    ratios.setdefault((name, strategy), []).append(ratio)
+        near = beside[0]
+        extra.append((near["kernel_cores"] - statistics.median(r["kernel_cores"] for r in apart))
+                     / (near["kernel_cores"] + near["user_cores"]))
     lines += ["", "The worker beside the shard over the other workers of the same run (median over runs, range):", "",
-              "| quantity | runs | median | range |", "|---|---:|---:|---|"]
-    for name, values in ratios.items():
-        if values:
-            lines.append(f"| {name} | {len(values)} | {statistics.median(values):.2f} "
-                         f"| {min(values):.2f}-{max(values):.2f} |")
+              "| quantity | strategy | runs | median | range |", "|---|---|---:|---:|---|"]
+    for (name, strategy), values in sorted(ratios.items(), key=lambda item: (list(keys).index(item[0][0]),
+                                                                             item[0][1] != "all", item[0][1])):
+        lines.append(f"| {name} | {strategy} | {len(values)} | {statistics.median(values):.2f} "
+                     f"| {min(values):.2f}-{max(values):.2f} |")
+    if extra:
+        lines += ["", f"Kernel cores the worker beside the shard had over the others, as a share of all the CPU it "
+                      f"received: median {100 * statistics.median(extra):+.1f}% "
+                      f"(range {100 * min(extra):+.1f}% to {100 * max(extra):+.1f}%, {len(extra)} runs)."]
     text = "\n".join(lines) + "\n"
     (HERE / "results" / f"{args.output}.md").write_text(text)
     print(text)
