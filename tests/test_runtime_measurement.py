@@ -76,3 +76,22 @@ def test_measurement_is_frozen():
     assert isinstance(m, Measurement)
     with pytest.raises(Exception):
         m.throughput = 1.0
+
+
+def test_train_reports_each_nodes_cpu_over_the_window():
+    from sgdscale.commands.runtime import cpu_lines
+
+    # environment.cpu of a real 2-worker sync PS run on the emulated cluster (values rounded)
+    cpu = {"wall_s": 51.2, "cfs_period_us": 10000, "pinned": True, "other_load_cores": 0.33, "cpus": [],
+           "nodes": [{"node": 0, "quota_cores": 0.38, "cpus": [0], "received_cores": 0.352,
+                      "throttled_periods_fraction": 0.956, "user_cores": 0.316, "system_cores": 0.036},
+                     {"node": 1, "quota_cores": 0.38, "cpus": [1], "received_cores": 0.371,
+                      "throttled_periods_fraction": 0.988, "user_cores": 0.329, "system_cores": 0.042},
+                     {"node": 2, "quota_cores": 0.38, "cpus": [0], "received_cores": 0.027,
+                      "throttled_periods_fraction": 0.003}]}
+    lines = cpu_lines(cpu, workers=2)
+    assert lines[0] == "CPU over the measured window (51.2 s, CFS period 10 ms):"
+    assert lines[1] == "  worker 0 on CPU 0: received 0.35 of 0.38 cores (user 0.32, kernel 0.04), throttled in 96% of periods"
+    assert lines[3] == "  PS shard 0 on CPU 0: received 0.03 of 0.38 cores, throttled in 0% of periods"  # recorded before set 47
+    assert lines[4] == "  the rest of the machine used 0.33 cores meanwhile"
+    assert cpu_lines(None, workers=2) == []  # local runs have no quota to report

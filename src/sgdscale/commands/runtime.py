@@ -193,6 +193,8 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         f"p95 {format_seconds(stats.p95)}"
     )
     out.print(f"ran: {ran_line(config)}", highlight=False, soft_wrap=True)
+    for line in cpu_lines(measurement.environment.cpu, config.workers):
+        out.print(line, highlight=False, soft_wrap=True)
     if output:
         from sgdscale.runtime.measurement import save_measurement
 
@@ -271,6 +273,28 @@ def ran_line(config) -> str:
     plan = config.strategy + (f" with {config.ps_count} server shard{'s' if config.ps_count > 1 else ''}"
                               if config.strategy != "allreduce" else f", grouping {config.grouping or 'buckets'}")
     return f"{what}; {config.workers} workers, {plan}"
+
+
+def cpu_lines(cpu: dict | None, workers: int) -> list[str]:
+    """What each node of the emulated cluster got of its CPU quota over the measured window (the
+    evidence a noisy run leaves; `Testbed.cpu_report`), one line per node (node k runs rank k: the
+    workers, then the shards); nothing for local runs."""
+    if not cpu or not cpu.get("nodes"):
+        return []
+    lines = [f"CPU over the measured window ({cpu['wall_s']:.1f} s, CFS period {cpu['cfs_period_us'] / 1000:g} ms):"]
+    for node in cpu["nodes"]:
+        where = f" on CPU {','.join(map(str, node['cpus']))}" if node.get("cpus") else ""
+        quota = f" of {node['quota_cores']:.2f}" if node.get("quota_cores") else ""
+        got = "received ? cores" if node.get("received_cores") is None else f"received {node['received_cores']:.2f}{quota} cores"
+        split = (f" (user {node['user_cores']:.2f}, kernel {node['system_cores']:.2f})"
+                 if "user_cores" in node and "system_cores" in node else "")
+        k = node["node"]
+        role = f"worker {k}" if k < workers else f"PS shard {k - workers}"
+        lines.append(f"  {role}{where}: {got}{split}, throttled in "
+                     f"{100 * node['throttled_periods_fraction']:.0f}% of periods")
+    if cpu.get("other_load_cores") is not None:
+        lines.append(f"  the rest of the machine used {cpu['other_load_cores']:.2f} cores meanwhile")
+    return lines
 
 
 def measurement_table(measurement) -> Table:
