@@ -73,6 +73,11 @@ def test_describer_rules():
     # exposed communication: the busiest level and resource
     limited, text = words.describe(_evidence(utilization={words.WORKER_NIC_OUT: 0.3, words.COMPUTE: 0.5}))
     assert limited == words.LEVEL_NIC and "busiest: worker NIC out (30% busy)" in text
+    # beside exposed communication, sync workers wait for each other; async ones queue behind messages
+    split = dict(breakdown=Breakdown(0.5, 0.35, 0.15), utilization={words.WORKER_NIC_OUT: 0.3})
+    assert "; waiting for other workers adds another 15%" in words.describe(_evidence(**split))[1]
+    text = words.describe(_evidence(sync=False, **split))[1]
+    assert "; queueing behind other workers' messages adds another 15%" in text and "waiting for" not in text
 
 
 def test_levels_are_the_topology_levels():

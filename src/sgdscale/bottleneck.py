@@ -181,7 +181,10 @@ def describe(e: Evidence) -> tuple[str, str]:
         where = f"{key} ({_pct(on_level[key])} busy)"
     text = f"communication: {_pct(blocked)} of each step waits for {what}; busiest: {where}"
     if wait >= VISIBLE and exposed >= VISIBLE:
-        text += f"; waiting for other workers adds another {_pct(wait)}"
+        # async workers never wait for each other: what they wait for is the others' messages ahead of
+        # theirs at a shared server or link (the queueing of the coarse method's MVA, say)
+        whom = "waiting for other workers" if e.sync else "queueing behind other workers' messages"
+        text += f"; {whom} adds another {_pct(wait)}"
     return level, text + f": {e.lever or LEVERS[level]}" + tail
 
 
