@@ -337,6 +337,11 @@ def machine_busy_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _key_values(path: Path) -> dict[str, int]:
+    """A cgroup stat file's `key value` lines."""
+    return {key: int(value) for key, value in (line.split() for line in path.read_text().splitlines() if line)}
+
+
 def _split_cores(before: list, after: list, node: int, wall_s: float) -> dict[str, float]:
     """A node's user and kernel cores between two snapshots (nothing where cpuacct is missing)."""
     if node >= len(before) or node >= len(after) or before[node] is None or after[node] is None or wall_s <= 0:
@@ -605,8 +610,7 @@ class Testbed:
 
     def cpu_stats(self, node: int) -> dict[str, int]:
         """The node cgroup's cpu.stat (nr_periods, nr_throttled, throttled_time in ns)."""
-        text = (self.cgroup(node) / "cpu.stat").read_text()
-        return {key: int(value) for key, value in (line.split() for line in text.splitlines() if line)}
+        return _key_values(self.cgroup(node) / "cpu.stat")
 
     def cpu_usage_s(self, node: int) -> float | None:
         """CPU seconds the node's processes have received so far (cpuacct), None without cpuacct."""
@@ -621,7 +625,7 @@ class Testbed:
         if not path.exists():
             return None
         tick = os.sysconf("SC_CLK_TCK")
-        return {key: int(value) / tick for key, value in (line.split() for line in path.read_text().splitlines() if line)}
+        return {key: value / tick for key, value in _key_values(path).items()}
 
     def cpu_snapshot(self) -> CpuSnapshot:
         """Per-node CPU received and throttling, plus the whole machine's busy time, at one moment."""
