@@ -12,8 +12,12 @@ from sgdscale.cluster import Cluster
 from sgdscale.coarse import solve
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import (
+    TYPICAL_COMM_CPU_S_PER_BYTE,
+    TYPICAL_COMM_SLOWDOWN_SHARPNESS,
+    TYPICAL_COMPUTE_SLOWDOWN,
     Interference,
     compute_while_sending,
+    derived_interference,
     cpu_bound_bps,
     cpu_bounded_comm,
     node_model,
@@ -238,6 +242,31 @@ def test_node_model_notes():
     assert "point to point at 70%" in text and "4-way all-reduce at 30%" in text  # 1.5*8/1e9/4e-8
     comm, _ = node_model(CommModel.from_network(network), network=network, link_bps=1e9, interference=False)
     assert comm.interference is None
+
+
+def test_budget_without_a_file_gets_the_derived_interference():
+    """A CPU budget makes compute and communication share the CPU: without a measured network the
+    prediction slows both by the testbed's fit (a collective more, the more bytes per core the link
+    asks for), says so, and leaves it out on --no-interference."""
+    nominal = CommModel.from_link(0.9e9, 20e-6)
+    comm, notes = node_model(nominal, link_bps=0.9e9, cpu_cores=0.35)
+    expected = derived_interference(0.9e9, 0.35)
+    assert comm.interference == expected and expected.compute_slowdown == TYPICAL_COMPUTE_SLOWDOWN
+    demand = TYPICAL_COMM_CPU_S_PER_BYTE * 0.9e9 / 8 / 0.35  # 1.0: the CPU it needs is what it gets
+    assert demand == pytest.approx(0.996, abs=0.01)
+    assert expected.comm_slowdown == pytest.approx((1 + demand ** TYPICAL_COMM_SLOWDOWN_SHARPNESS)
+                                                   ** (1 / TYPICAL_COMM_SLOWDOWN_SHARPNESS))
+    assert 1.3 < expected.comm_slowdown < 1.45  # the fit: 1.3-1.56 measured at 0.92 Gbit/s and 0.35 cores
+    assert any("typical figures for 0.35 cores" in n for n in notes)
+    slow_link, fast_link = derived_interference(0.25e9, 0.35), derived_interference(3e9, 0.35)
+    assert 1.0 < slow_link.comm_slowdown < 1.1 < 3.0 < fast_link.comm_slowdown  # link-bound vs CPU-starved
+    assert derived_interference(0.9e9, 0.7).comm_slowdown < expected.comm_slowdown  # more CPU, less contention
+    assert node_model(nominal, link_bps=0.9e9, cpu_cores=0.35, interference=False)[0].interference is None
+    assert node_model(nominal, link_bps=0.9e9)[0].interference is None  # no budget, no contention to model
+    network = Network(source="t", p2p=AlphaBeta(alpha_s=0.0, beta_s_per_byte=8 / 0.7e9), allreduce={},
+                      interference=InterferenceFit(compute_slowdown=1.8, comm_slowdown=1.3, workers=4, bytes=1000))
+    measured, _ = node_model(CommModel.from_network(network), network=network, link_bps=0.9e9, cpu_cores=0.35)
+    assert measured.interference == Interference(1.8, 1.3)  # a measured one wins
 
 
 def test_predict_cli_uses_interference_and_cpu_budget(tmp_path, capsys):

@@ -206,6 +206,27 @@ def overlap_end_s(heads_s: list[float], pre_s: float, comm_s: list[float], inter
     return max(max(ends), pre_s)
 
 
+# Interference a CPU budget implies, where no network file measured it (`derived_interference`): fitted to
+# the 43 overlap benchmarks netbench ran on the emulated testbed before held-out sets 18-46 (0.21-0.49
+# cores, 250-3500 Mbit/s; benchmarks/interference_fit.py, raw benchmarks/results/interference_fit.md).
+# A collective beside compute slows as a smooth maximum of 1 and the CPU it needs over the CPU it gets:
+# comm_slowdown = (1 + (c * rate / cores) ** p) ** (1 / p), with rate the link's payload in bytes/s.
+TYPICAL_COMM_CPU_S_PER_BYTE = 3.1e-9  # c: wall seconds of a core per byte a collective moves beside compute
+TYPICAL_COMM_SLOWDOWN_SHARPNESS = 2.2  # p
+# Compute beside a collective: the measured slowdowns (1.17-1.76) do not follow the link's rate per core,
+# so the prediction takes their median.
+TYPICAL_COMPUTE_SLOWDOWN = 1.39
+
+
+def derived_interference(link_bps: float, cores: float) -> Interference:
+    """The interference a node with `cores` of CPU and a link of `link_bps` payload shows, from the
+    testbed's fit (above): a collective slows once the CPU it needs beside compute exceeds what the
+    budget leaves it; compute slows by the typical factor. Outside 0.21-0.49 cores it is extrapolated."""
+    demand = TYPICAL_COMM_CPU_S_PER_BYTE * link_bps / 8.0 / cores
+    p = TYPICAL_COMM_SLOWDOWN_SHARPNESS
+    return Interference(TYPICAL_COMPUTE_SLOWDOWN, float((1.0 + demand ** p) ** (1.0 / p)))
+
+
 def cpu_bound_bps(cpu_s_per_byte: float, cores: float) -> float:
     """The fastest a node with `cores` of CPU can move bytes when each costs `cpu_s_per_byte` (bit/s)."""
     return 8.0 * cores / cpu_s_per_byte
@@ -303,11 +324,17 @@ def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None =
                      + (f"; a worker's message {wakeup_s * 1e6:.0f} us more when it leaves alone, after compute"
                         if wakeup_s else ""))
     model = Interference.from_network(network) if network is not None and interference else None
-    comm = with_interference(comm, model)
-    if model is not None:
+    if model is None and interference and cpu_cores is not None:
+        model = derived_interference(link_bps, cpu_cores)
+        notes.append(f"interference (the testbed's typical figures for {cpu_cores:g} cores and a "
+                     f"{link_bps / 1e6:.0f} Mbit/s link, none measured): compute {model.compute_slowdown:.2f}x slower "
+                     f"while a collective runs or a parameter-server worker sends its pushes, a collective "
+                     f"{model.comm_slowdown:.2f}x slower while compute runs (--no-interference to leave it out)")
+    elif model is not None:
         notes.append(f"interference (measured): compute {model.compute_slowdown:.2f}x slower while a collective "
                      f"runs or a parameter-server worker sends its pushes, a collective {model.comm_slowdown:.2f}x "
                      "slower while compute runs (pushes keep their speed) (--no-interference to leave it out)")
+    comm = with_interference(comm, model)
     if network is None:
         from sgdscale.heldout_ranges import median_bias_note
 
