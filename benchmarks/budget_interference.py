@@ -12,7 +12,7 @@ and with the interference derived from the budget and the link alone (`derived_i
 validation makes it. Nothing is rerun.
 
     .venv/bin/python benchmarks/budget_interference.py [--sets heldout18,...] [--method fine]
-        [--strategies allreduce,ps-sync,ps-async] [--kind real] [--output NAME]
+        [--strategies allreduce,ps-sync,ps-async] [--kind real] [--output NAME] [--factors-out NAME] [--budget-only]
 
 Raw output: benchmarks/results/budget_interference.md (or --output NAME).
 """
@@ -20,6 +20,7 @@ Raw output: benchmarks/results/budget_interference.md (or --output NAME).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 
@@ -31,19 +32,24 @@ from sgdscale.predict import predict
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(18, 47))  # the testbed's loss-based TCP since set 18
 
 
-def predictions(validator, case, round_index: int, method: str) -> dict[str, float]:
-    """{variant: throughput} of one kept run."""
+def predictions(validator, case, round_index: int, method: str, budget_only: bool = False) -> dict[str, float]:
+    """{variant: throughput} of one kept run (`budget_only`: the budget path without and with the
+    derived interference only)."""
     profile, cluster, strategy, measured_comm, variability = validator.case_inputs(case, round_index)
     nominal_cluster, models = validator.nominal_models(case)
     budget = models["budget"]
     comms = {"budget, no interference": with_interference(budget, None),
              "budget + measured interference": with_interference(budget, interference_of(measured_comm)),
              "budget (derived interference)": budget}
+    if budget_only:
+        del comms["budget + measured interference"]
     out = {}
     for label, comm in comms.items():
         result = predict(profile, nominal_cluster, strategy, comm, [case.workers], methods=(method,),
                          iterations=validator.predict_iterations, variability=variability)
         out[label] = next(r.throughput for r in result.results if r.workers == case.workers)
+    if budget_only:
+        return out
     result = predict(profile, cluster, strategy, measured_comm, [case.workers], methods=(method,),
                      iterations=validator.predict_iterations, variability=variability)
     out["measured network"] = next(r.throughput for r in result.results if r.workers == case.workers)
@@ -58,14 +64,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kind", default="real", choices=("real", "replay", "all"),
                         help="real compute (default: a replay's sleeps spend no CPU, so no interference), replay, all")
     parser.add_argument("--output", default="budget_interference")
+    parser.add_argument("--factors-out", default=None, metavar="NAME",
+                        help="also write results/NAME.json: per set and case, the budget prediction with the derived "
+                             "interference over the one without (benchmarks/heldout_ranges.py --factors)")
+    parser.add_argument("--budget-only", action="store_true",
+                        help="only the budget path without and with the derived interference (half the time)")
     args = parser.parse_args(argv)
+    factors: dict[str, dict[str, dict[str, float]]] = {}
     lines: list[str] = []
     errors: dict[str, list[float]] = {}
     columns: list[str] | None = None
     for set_name, validator, case, runs, measured in kept_cases(args.sets.split(","), set(args.strategies.split(","))):
         if not validator.grid.cpu_per_node_cores or args.kind not in ("all", case.spec.kind):
             continue
-        made = [predictions(validator, case, run.get("round", 0), args.method) for run in runs]
+        made = [predictions(validator, case, run.get("round", 0), args.method, args.budget_only) for run in runs]
+        factors.setdefault(set_name.removeprefix("heldout"), {})[case.key] = {f"{args.method}-budget": (
+            statistics.median(p["budget (derived interference)"] for p in made)
+            / statistics.median(p["budget, no interference"] for p in made))}
         if columns is None:
             columns = list(made[0])
             lines += [f"# The budget path with and without interference ({args.method})", "",
@@ -88,6 +103,12 @@ def main(argv: list[str]) -> int:
     lines += error_summary(dict(sorted(errors.items())))
     text = "\n".join(lines) + "\n"
     (HERE / "results" / f"{args.output}.md").write_text(text)
+    if args.factors_out:
+        (HERE / "results" / f"{args.factors_out}.json").write_text(json.dumps({
+            "generated_by": f"benchmarks/budget_interference.py {' '.join(argv)}",
+            "meaning": "per held-out set and case: the budget prediction with the interference derived from the budget "
+                       "over the same without it (median over the kept runs), per validation variant",
+            "sets": factors}, indent=1) + "\n")
     print("\n".join(lines[-len(errors) - 2:]))
     return 0
 

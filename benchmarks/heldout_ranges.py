@@ -15,6 +15,8 @@ source, and every case outside.
 Sets predicted before nominal rates counted framing (up to 43) take `--framing-factors
 benchmarks/results/link_payload-18-31-factors.json,benchmarks/results/link_payload-32-43-factors.json`: their recorded nominal and budget predictions times
 the framing's own effect on each (benchmarks/link_payload.py), the rest of their model unchanged.
+Sets whose budget predictions lacked the interference the budget implies (up to 47) also take
+benchmarks/budget_interference.py's factors (`--factors-out`); several files multiply.
 
 Raw output: benchmarks/results/<output>.md.
 """
@@ -47,6 +49,18 @@ def load_sets(numbers: list[int], framing_factors: dict | None = None) -> dict[i
         if path.exists():
             sets[n] = json.loads(path.read_text())["cases"]
     return hr.with_framing(sets, framing_factors or {})
+
+
+def merged_factors(files) -> dict[str, dict[str, dict[str, float]]]:
+    """Per set, case and variant, the product of every file's factor (each file: set -> case -> variant)."""
+    merged: dict[str, dict[str, dict[str, float]]] = {}
+    for sets in files:
+        for number, cases in sets.items():
+            for key, variants in cases.items():
+                into = merged.setdefault(number, {}).setdefault(key, {})
+                for variant, factor in variants.items():
+                    into[variant] = into.get(variant, 1.0) * factor
+    return merged
 
 
 def bins_table(data: dict) -> list[str]:
@@ -89,14 +103,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--calibrate", default="18-41", help="held-out sets the ranges are made from (A-B)")
     parser.add_argument("--check", default=None, help="later held-out sets scored against the ranges (A-B)")
     parser.add_argument("--write-data", action="store_true", help="store the ranges as the package's data file")
-    parser.add_argument("--framing-factors", default=None, metavar="FILE[,FILE]",
-                        help="benchmarks/link_payload.py's factors: count framing in sets predicted before it was")
+    parser.add_argument("--framing-factors", "--factors", default=None, metavar="FILE[,FILE]",
+                        help="factor files, multiplied together: benchmarks/link_payload.py's (count framing in sets "
+                             "predicted before it was) and benchmarks/budget_interference.py's (the budget path's "
+                             "interference, in sets predicted before it had it)")
     parser.add_argument("--output", default="heldout_ranges")
     args = parser.parse_args(argv)
     factor_files = [path for path in (args.framing_factors or "").split(",") if path]
-    factors = {}
-    for path in factor_files:
-        factors.update(json.loads(Path(path).read_text())["sets"])
+    factors = merged_factors(json.loads(Path(path).read_text())["sets"] for path in factor_files)
     calibration = load_sets(set_range(args.calibrate), factors)
     command = f"benchmarks/heldout_ranges.py {' '.join(argv)}".strip()
     data = hr.build(calibration, generated_by=command, framing_factors=factor_files)

@@ -73,6 +73,21 @@ def test_table_fits_80_columns(capsys, monkeypatch):
     assert "server NIC" in text  # "limited by" values are whole too
 
 
+def test_a_narrow_terminal_gets_one_line_per_result(capsys, monkeypatch):
+    """Under 80 columns a table would cut every cell to a character or two: each result is a line
+    that wraps instead, with every number the table holds."""
+    monkeypatch.setenv("COLUMNS", "50")
+    code, out, err = run(capsys, "predict", "resnet50", "--strategy", "ps-sync", "--workers", "1,16",
+                         "--method", "coarse", "--iterations", "5")
+    assert code == 0, err
+    text = " ".join(out.split())  # the lines wrap at 50 columns
+    assert "…" not in out and "──" not in out  # no cut cells, no table rule
+    for workers in (1, 16):
+        assert f"{workers} workers, coarse: " in text
+    assert "samples/s" in text and "speedup" in text and "efficiency" in text and "limited by server NIC" in text
+    assert "What limits it:" in out
+
+
 def test_progress_shows_after_the_delay_and_not_before():
     profile, cluster = load_profile("resnet50"), Cluster(1, 1e9)
     comm = CommModel.from_link(1e9, 20e-6, "ring")

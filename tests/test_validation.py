@@ -238,3 +238,21 @@ def test_network_per_round_paths_and_the_run_keeps_its_file(tmp_path):
     (base.parent / (base.stem + "-r1.json")).write_text("{}")
     assert once.network_path(1e9, 1).name == base.stem + "-r1.json"  # read where it exists
     assert once.network_path(1e9, 2) == base
+
+
+def test_budget_predictions_charge_interference_to_real_compute_only(tmp_path):
+    """Validation's budget columns (`predict --cpu-per-node`, no network file) carry the interference
+    the budget implies for real compute; a replay's sleeps take no CPU, so it gets none (nor message CPU)."""
+    from sgdscale.comm.interference import derived_interference
+    from sgdscale.validation import Case
+
+    grid = Grid(specs=[], workers=[2], bandwidths_bps=[1e9], strategies=["allreduce"], cpu_per_node_cores=0.3)
+    validator = Validator(grid, tmp_path, log=lambda text: None)
+    real = Case(ModelSpec("cnn", 16, image_size=32), 2, 1e9, "ps-sync", 1)
+    cluster, models = validator.nominal_models(real)
+    assert models["budget"].interference == derived_interference(cluster.payload_bps, 0.3)
+    assert models["nominal"].interference is None
+    replay = Case(ModelSpec("resnet50", 16, kind="replay"), 2, 1e9, "ps-sync", 1)
+    _, models = validator.nominal_models(replay)
+    assert models["budget"].interference is None and models["budget"].worker_cpu_s_per_message == 0.0
+    assert models["budget"].server_cpu_s_per_message > 0.0  # the shard still computes

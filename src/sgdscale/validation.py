@@ -401,7 +401,8 @@ class Validator:
             budget, _ = node_model(nominal, network=None, link_bps=payload_bps,
                                    cpu_cores=self.grid.cpu_per_node_cores)
             if sleeps(case):
-                budget = dataclasses.replace(budget, worker_cpu_s_per_message=0.0, worker_cpu_s_per_wakeup=0.0)
+                budget = dataclasses.replace(budget, interference=None, worker_cpu_s_per_message=0.0,
+                                             worker_cpu_s_per_wakeup=0.0)
             models["budget"] = budget
         return cluster, models
 

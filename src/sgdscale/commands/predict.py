@@ -297,16 +297,23 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
 
     attach(prediction, network_source(network_file, cpu_per_node))
 
-    from sgdscale.report.table import bottleneck_lines, header_line, prediction_table, range_lines, remark_lines
+    from sgdscale.report.table import (TABLE_WIDTH, bottleneck_lines, header_line, prediction_lines, prediction_table,
+                                       range_lines, remark_lines)
 
     note = calibration_line(measured, loaded)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
     console.print(header_line(prediction), highlight=False, soft_wrap=True)
-    console.print(prediction_table(prediction, console.width))
+    narrow = console.width < TABLE_WIDTH
+    if narrow:
+        for line in prediction_lines(prediction):
+            console.print(line, highlight=False)
+    else:
+        console.print(prediction_table(prediction, console.width))
     for line in range_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)
-    console.print("What limits it (breakdown columns are per worker and step):", highlight=False)
+    console.print("What limits it:" if narrow else "What limits it (breakdown columns are per worker and step):",
+                  highlight=False)
     for line in bottleneck_lines(prediction):
         console.print(line, highlight=False, soft_wrap=True)
     for line in remark_lines(prediction):

@@ -61,6 +61,7 @@ def header_line(prediction: Prediction) -> str:
 
 
 FULL_WIDTH = 130  # narrower consoles get the compact table (no step mean, p95 and compute columns)
+TABLE_WIDTH = 80  # narrower still: one line per result (`prediction_lines`), as a table would cut its cells
 
 
 def prediction_table(prediction: Prediction, width: int | None = None) -> Table:
@@ -97,6 +98,20 @@ def prediction_table(prediction: Prediction, width: int | None = None) -> Table:
         }
         table.add_row(*(cells[name] for name, _ in columns if name not in skip))
     return table
+
+
+def prediction_lines(prediction: Prediction) -> list[str]:
+    """The compact table's numbers as one sentence per result, for consoles under `TABLE_WIDTH`
+    columns, where a table's cells would be cut to a character or two; the lines wrap instead."""
+    lines = ["Predicted data-parallel training speed (per worker and step; step times and compute: --json):"]
+    for result in prediction.results:
+        b = result.breakdown
+        likely = _range(result.likely_range)
+        lines.append(f"{result.workers} workers, {result.method}: {result.throughput:,.1f} samples/s"
+                     + ("" if likely == "-" else f" (80% range {likely})")
+                     + f", speedup {result.speedup:.2f}x, efficiency {result.efficiency:.0%}, exposed comm "
+                     f"{_seconds(b.exposed_comm_s)}, wait {_seconds(b.wait_s)}, limited by {result.limited_by or '-'}")
+    return lines
 
 
 def _range(likely: dict | None) -> str:
