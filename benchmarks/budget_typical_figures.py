@@ -5,7 +5,7 @@ Without a network file, `predict --cpu-per-node` charges the testbed's typical C
 (`TYPICAL_CPU_S_PER_MESSAGE`, from netbench's first four measurements), 70 us more for a message a
 worker sends alone (`TYPICAL_CPU_S_PER_WAKEUP`, one benchmark at 0.40 cores) and 1.0 ns per byte;
 this look led to the medians of the network files ("as shipped" is whatever the code holds when it
-runs; since set 48, all three at the medians of sets 18-46). The network files that
+runs). The medians were held out on set 49 and not kept, so "as shipped" is "until set 48" again. The network files that
 validation measured before sets 18-46 hold the same figures, measured at each set's quota and link;
 this prints their medians and re-predicts every kept real-compute run of the named sets through the
 budget path with the typical figures as they are and replaced by those medians. Nothing is rerun.

@@ -256,17 +256,17 @@ def with_interference(comm, interference: Interference | None):
     return dataclasses.replace(comm, interference=interference)
 
 
-# The testbed's typical CPU figures, used for --cpu-per-node without a network file: the medians of the
-# network files netbench measured before held-out sets 18-46 (0.21-0.49 cores, 250-3500 Mbit/s;
-# benchmarks/budget_typical_figures.py, raw benchmarks/results/budget_typical_figures-*.md). Until set 48
-# they were the first few measurements (1.0 ns, 33 us, 70 us); the later files put a message at twice that.
-# CPU seconds per byte a node sends in a gloo all-reduce (receive and reduce included): 43 files, 0.50-1.69 ns.
-TYPICAL_CPU_S_PER_BYTE = 7.7e-10
-# CPU of one point-to-point message apart from its bytes (sgdscale.message_cpu): 23 files, 39-111 us.
-TYPICAL_CPU_S_PER_MESSAGE = 6.9e-5
+# CPU seconds per byte a node sends in a gloo all-reduce (receive and reduce included), measured on the
+# emulated testbed (benchmarks/results/interference/); used for --cpu-per-node without a network file.
+TYPICAL_CPU_S_PER_BYTE = 1.0e-9  # median of 8 runs, range 0.53-1.20 ns/B
+# (Held-out set 49 tried the medians of the network files of sets 18-46 for all three: 0.77 ns, 69 us, 126 us;
+# not kept: benchmarks/budget_typical_figures.py, README "Held-out set 49".)
+# CPU of one point-to-point message apart from its bytes (sgdscale.message_cpu): the median of netbench's
+# four measurements on this testbed, 28 us alone and at 0.28 cores, 38.7 us at 0.24 (set 31), 48.9 us at 0.49 (set 32).
+TYPICAL_CPU_S_PER_MESSAGE = 3.3e-5
 # What a message sent or received alone, after compute, costs on top (sgdscale.message_cpu.wakeup_weights):
-# 15 files, 67-184 us.
-TYPICAL_CPU_S_PER_WAKEUP = 1.26e-4
+# benchmarks/message_spacing_cpu.py at 0.40 cores, spaced 2-4 ms against a burst.
+TYPICAL_CPU_S_PER_WAKEUP = 7.0e-5
 
 
 def node_model(comm, *, network=None, link_bps: float, cpu_cores: float | None = None,
