@@ -51,18 +51,6 @@ def load_sets(numbers: list[int], framing_factors: dict | None = None) -> dict[i
     return hr.with_framing(sets, framing_factors or {})
 
 
-def merged_factors(files) -> dict[str, dict[str, dict[str, float]]]:
-    """Per set, case and variant, the product of every file's factor (each file: set -> case -> variant)."""
-    merged: dict[str, dict[str, dict[str, float]]] = {}
-    for sets in files:
-        for number, cases in sets.items():
-            for key, variants in cases.items():
-                into = merged.setdefault(number, {}).setdefault(key, {})
-                for variant, factor in variants.items():
-                    into[variant] = into.get(variant, 1.0) * factor
-    return merged
-
-
 def bins_table(data: dict) -> list[str]:
     lines = ["Widening per source (leave one set out): " + "; ".join(
                  f"{source} x{w['factor']:.2f} (plain ranges held {w['plain_inside']:.0%} of {w['scored']} left-out "
@@ -110,7 +98,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", default="heldout_ranges")
     args = parser.parse_args(argv)
     factor_files = [path for path in (args.framing_factors or "").split(",") if path]
-    factors = merged_factors(json.loads(Path(path).read_text())["sets"] for path in factor_files)
+    factors = hr.merged_factors(json.loads(Path(path).read_text())["sets"] for path in factor_files)
     calibration = load_sets(set_range(args.calibrate), factors)
     command = f"benchmarks/heldout_ranges.py {' '.join(argv)}".strip()
     data = hr.build(calibration, generated_by=command, framing_factors=factor_files)

@@ -120,6 +120,18 @@ def leave_one_set_out(sets: dict[int, Sequence[dict[str, Any]]]) -> dict[str, di
     return out
 
 
+def merged_factors(files) -> dict[str, dict[str, dict[str, float]]]:
+    """Per set, case and variant, the product of every file's factor (each file: set -> case -> variant)."""
+    merged: dict[str, dict[str, dict[str, float]]] = {}
+    for sets in files:
+        for number, cases in sets.items():
+            for key, variants in cases.items():
+                into = merged.setdefault(number, {}).setdefault(key, {})
+                for variant, factor in variants.items():
+                    into[variant] = into.get(variant, 1.0) * factor
+    return merged
+
+
 def with_framing(sets: dict[int, Sequence[dict[str, Any]]],
                  factors: dict[str, dict[str, dict[str, float]]]) -> dict[int, list[dict[str, Any]]]:
     """The sets with each named case's recorded predictions times its factor per variant: the
