@@ -22,9 +22,9 @@ def test_shipped_ranges_are_what_the_kept_results_make():
     # sets predicted before framing was counted (benchmarks/link_payload.py) or before the budget path had
     # its interference (benchmarks/budget_interference.py): every factor file, multiplied
     factors = hr.merged_factors(json.loads((RESULTS.parent.parent / path).read_text())["sets"]
-                                for path in shipped["framing_factors"])
-    remade = hr.build(hr.with_framing(kept_sets(first, last), factors), generated_by=shipped["generated_by"],
-                      framing_factors=shipped["framing_factors"])
+                                for path in shipped["factor_files"])
+    remade = hr.build(hr.with_factors(kept_sets(first, last), factors), generated_by=shipped["generated_by"],
+                      factor_files=shipped["factor_files"])
     assert remade == shipped, "rerun benchmarks/heldout_ranges.py --write-data after changing the held-out record"
 
 

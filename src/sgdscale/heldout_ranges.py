@@ -3,9 +3,9 @@
 Every held-out validation set (benchmarks/grids/heldoutN.json, committed before its first run) was
 predicted by the model as it stood, then measured. The ratio measured / predicted throughput of
 each of its cases is an out-of-sample error, so the spread of those ratios says how far a new
-prediction of the same kind may be off. Sets predicted before nominal rates counted framing have
-their nominal and budget predictions scaled by the framing's own effect on each case
-(`with_framing`). A bin is one (strategy, method, network source, kind):
+prediction of the same kind may be off. Sets predicted before a later change to the nominal or
+budget path (nominal rates counting framing; the budget's interference) have those predictions
+scaled by the change's own effect on each case (`with_factors`). A bin is one (strategy, method, network source, kind):
 source `measured` (a netbench network file), `nominal` (bandwidth and latency only) or `budget`
 (nominal with --cpu-per-node); kind `real` (real training) or `replay` (a profile replayed with
 sleeps). Its plain range is the 10th..90th percentile of the ratios; a bin of fewer than MIN_CASES
@@ -132,11 +132,12 @@ def merged_factors(files) -> dict[str, dict[str, dict[str, float]]]:
     return merged
 
 
-def with_framing(sets: dict[int, Sequence[dict[str, Any]]],
+def with_factors(sets: dict[int, Sequence[dict[str, Any]]],
                  factors: dict[str, dict[str, dict[str, float]]]) -> dict[int, list[dict[str, Any]]]:
-    """The sets with each named case's recorded predictions times its factor per variant: the
-    framing's own effect (benchmarks/link_payload.py) on sets predicted before nominal rates counted
-    it, the rest of the model each set was held out for unchanged."""
+    """The sets with each named case's recorded predictions times its factor per variant (`merged_factors`):
+    a later change's own effect on sets predicted before it (benchmarks/link_payload.py: framing;
+    benchmarks/budget_interference.py: the budget's interference), the rest of the model each set was
+    held out for unchanged."""
     out = {}
     for number, cases in sets.items():
         out[number] = []
@@ -148,10 +149,10 @@ def with_framing(sets: dict[int, Sequence[dict[str, Any]]],
 
 
 def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str,
-          framing_factors: Sequence[str] = ()) -> dict[str, Any]:
+          factor_files: Sequence[str] = ()) -> dict[str, Any]:
     """The data file's content from the cases of each held-out set (set number -> cases): each
     bin's plain percentiles, and `low`/`high` widened by its source's leave-one-set-out factor.
-    `framing_factors` names the factor files already applied to `sets` (`with_framing`), for the record."""
+    `factor_files` names the factor files already applied to `sets` (`with_factors`), for the record."""
     cases = [c for number in sorted(sets) for c in sets[number]]
     widening = leave_one_set_out(sets)
     bins = []
@@ -161,7 +162,7 @@ def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str,
     return {
         "schema": SCHEMA,
         "generated_by": generated_by,
-        "framing_factors": list(framing_factors),
+        "factor_files": list(factor_files),
         "sets": sorted(sets),
         "quantiles": list(QUANTILES),
         "min_cases": MIN_CASES,
