@@ -33,10 +33,13 @@ from sgdscale.coarse.mva import MVAResult
 HERE = Path(__file__).resolve().parent
 
 
-def reiser_mva(demands, think_time_s: float, customers: int, service_cv2: float = 1.0) -> tuple[MVAResult, str]:
-    """Exact MVA with Reiser's residual-life correction (service_cv2 1: `sgdscale.coarse.mva.exact_mva`)."""
+def reiser_mva(demands, think_time_s: float, customers: int, service_cv2=1.0) -> tuple[MVAResult, str]:
+    """Exact MVA with Reiser's residual-life correction (service_cv2 1: `sgdscale.coarse.mva.exact_mva`).
+    `service_cv2` is one number for every station, or a (push, update, pull) triple repeated over the
+    shards in the order `solve_ps_async` lists its stations."""
     d = np.asarray(demands, dtype=float)
-    cut = d * d * (1.0 - service_cv2) / 2.0  # per unit of throughput X(n-1)
+    cv2 = np.resize(np.asarray(service_cv2, dtype=float), d.shape)
+    cut = d * d * (1.0 - cv2) / 2.0  # per unit of throughput X(n-1)
     q, r, x = np.zeros_like(d), d.copy(), 0.0
     for n in range(1, int(customers) + 1):
         r = d * (1.0 + q) - x * cut
@@ -48,12 +51,15 @@ def reiser_mva(demands, think_time_s: float, customers: int, service_cv2: float 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="heldout18,heldout19,heldout20,heldout21")
-    parser.add_argument("--cv2", default="1,0.5,0", help="squared coefficients of variation of service to try")
+    parser.add_argument("--cv2", default="1,0.5,0",
+                        help="squared coefficients of variation of service to try, comma-separated; each one number "
+                             "for every station or push/update/pull (e.g. 1/0/0: pushes share the shard's link, "
+                             "processor sharing, whose MVA needs no correction; update and pull FCFS, fixed)")
     parser.add_argument("--output", default="coarse_async_service")
     args = parser.parse_args(argv)
-    variants = [(f"cv2 {c:g}", f"coarse, service cv2 {c:g}",
+    variants = [(f"cv2 {text}", f"coarse, service cv2 {text}",
                  lambda c=c: mock.patch.object(coarse_models, "solve_mva", functools.partial(reiser_mva, service_cv2=c)))
-                for c in (float(text) for text in args.cv2.split(","))]
+                for text, c in ((text, [float(v) for v in text.split("/")]) for text in args.cv2.split(","))]
     text = variant_table(argv, "coarse_async_service.py",
                          "Coarse async PS: MVA with exponential against deterministic service, on the kept runs",
                          "Error of the median prediction against the median measurement; network files refitted "
