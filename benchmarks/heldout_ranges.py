@@ -36,8 +36,12 @@ from sgdscale import heldout_ranges as hr  # noqa: E402
 
 
 def set_range(text: str) -> list[int]:
-    first, _, last = text.partition("-")
-    return list(range(int(first), int(last or first) + 1))
+    """ "18-45,47-50" -> [18, ..., 45, 47, ..., 50]."""
+    numbers: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        numbers += range(int(first), int(last or first) + 1)
+    return sorted(set(numbers))
 
 
 def load_sets(numbers: list[int], factors: dict | None = None) -> dict[int, list[dict]]:
@@ -88,7 +92,7 @@ def coverage_lines(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calibrate", default="18-41", help="held-out sets the ranges are made from (A-B)")
+    parser.add_argument("--calibrate", default="18-41", help="held-out sets the ranges are made from (A-B, or several: 18-45,47-50)")
     parser.add_argument("--check", default=None, help="later held-out sets scored against the ranges (A-B)")
     parser.add_argument("--write-data", action="store_true", help="store the ranges as the package's data file")
     parser.add_argument("--factors", "--framing-factors", dest="factors", default=None, metavar="FILE[,FILE]",

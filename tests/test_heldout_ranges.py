@@ -11,19 +11,19 @@ from sgdscale.cli import main
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
-def kept_sets(first: int, last: int) -> dict[int, list[dict]]:
+def kept_sets(first: int, last: int, numbers=None) -> dict[int, list[dict]]:
+    numbers = range(first, last + 1) if numbers is None else numbers
     return {n: json.loads((RESULTS / f"accuracy-heldout{n}" / "results.json").read_text())["cases"]
-            for n in range(first, last + 1) if (RESULTS / f"accuracy-heldout{n}" / "results.json").exists()}
+            for n in numbers if (RESULTS / f"accuracy-heldout{n}" / "results.json").exists()}
 
 
 def test_shipped_ranges_are_what_the_kept_results_make():
     shipped = hr.shipped().data
-    first, last = shipped["sets"][0], shipped["sets"][-1]
     # sets predicted before framing was counted (benchmarks/link_payload.py) or before the budget path had
     # its interference (benchmarks/budget_interference.py): every factor file, multiplied
     factors = hr.merged_factors(json.loads((RESULTS.parent.parent / path).read_text())["sets"]
                                 for path in shipped["factor_files"])
-    remade = hr.build(hr.with_factors(kept_sets(first, last), factors), generated_by=shipped["generated_by"],
+    remade = hr.build(hr.with_factors(kept_sets(0, 0, shipped["sets"]), factors), generated_by=shipped["generated_by"],
                       factor_files=shipped["factor_files"])
     assert remade == shipped, "rerun benchmarks/heldout_ranges.py --write-data after changing the held-out record"
 
@@ -117,3 +117,10 @@ def test_validate_says_how_many_cases_fell_inside():
     assert f"from a measured network file fine {sum(r['inside'] for r in rows)}/{len(rows)}," in line
     assert line.startswith("measured inside the 80% range `sgdscale predict` states (made from held-out sets 18-")
     assert range_line([]) is None
+
+
+def test_sets_are_named_as_runs_of_consecutive_numbers():
+    assert hr.describe_sets([22, 18, 19, 20, 47, 48]) == "18-20, 22, 47-48"
+    assert hr.describe_sets([5]) == "5"
+    shipped = hr.shipped().data["sets"]
+    assert hr.describe_sets(shipped).startswith(f"{shipped[0]}-")

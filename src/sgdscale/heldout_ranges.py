@@ -224,6 +224,17 @@ class Ranges:
         return None
 
 
+def describe_sets(numbers: Sequence[int]) -> str:
+    """Set numbers as runs of consecutive ones: [18, 19, 20, 22] -> "18-20, 22"."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
 @lru_cache(maxsize=1)
 def shipped() -> Ranges:
     return Ranges.load()
@@ -249,24 +260,22 @@ def likely_range(inputs: dict[str, Any], workers: int, method: str, throughput: 
     entry = None if reason else ranges.bin(inputs["strategy"]["kind"], method, source)
     if entry is None:
         return {"reason": reason or f"too few held-out cases predicted from a {source} network"}
-    sets = ranges.data["sets"]
     return {"low": throughput * entry["low"], "high": throughput * entry["high"],
             "coverage": QUANTILES[1] - QUANTILES[0], "cases": entry["cases"], "source": source,
             "kinds": "real and replay" if entry["pooled_kinds"] else entry["kind"],
-            "sets": f"{sets[0]}-{sets[-1]}"}
+            "sets": describe_sets(ranges.data["sets"])}
 
 
 def median_bias_note(method: str = "fine", ranges: Ranges | None = None) -> str:
     """How far real runs fell from `method`'s predictions in the median, per network source and
     strategy, in words (real-compute cases): the bias a nominal prediction carries, from the data."""
     ranges = ranges or shipped()
-    sets = ranges.data["sets"]
     parts = []
     for source in ("nominal", "budget", "measured"):
         medians = [entry["median"] for kind in STRATEGIES if (entry := ranges.bin(kind, method, source, "real"))]
         if len(medians) == len(STRATEGIES):
             parts.append(f"{'/'.join(f'{m:.2f}' for m in medians)} from {SOURCE_WORDS[source]}")
-    return (f"in held-out validation (sets {sets[0]}-{sets[-1]}, real compute) runs measured, in the median, these "
+    return (f"in held-out validation (sets {describe_sets(ranges.data['sets'])}, real compute) runs measured, in the median, these "
             f"multiples of the {method} method's prediction (all-reduce/sync PS/async PS): {'; '.join(parts)}")
 
 

@@ -85,7 +85,7 @@ def summary_table(summary: list[dict]) -> Table:
 
 def range_line(rows: list[dict]) -> str | None:
     """How many cases measured inside the 80% range `predict` states for them (sgdscale.heldout_ranges)."""
-    from sgdscale.heldout_ranges import SOURCE_WORDS, coverage, shipped
+    from sgdscale.heldout_ranges import SOURCE_WORDS, coverage, describe_sets, shipped
 
     ranges = shipped()
     scored = [r for r in coverage(ranges, rows) if r["inside"] is not None]
@@ -97,8 +97,8 @@ def range_line(rows: list[dict]) -> str | None:
             parts.append(f"from {SOURCE_WORDS[source]} {', '.join(counts)}")
     if not parts:
         return None
-    sets = ranges.data["sets"]
-    return (f"measured inside the 80% range `sgdscale predict` states (made from held-out sets {sets[0]}-{sets[-1]}): "
+    return (f"measured inside the 80% range `sgdscale predict` states (made from held-out sets "
+            f"{describe_sets(ranges.data['sets'])}): "
             + "; ".join(parts))
 
 
