@@ -105,7 +105,10 @@ class Sharing(BaseModel):
     flow's weight under weighted max-min sharing that reproduces the measured median first/last
     ratio (`fit_share_weight_sigma`; `CommModel.share_weight_sigma` hands it to the simulator).
     `first_last` and `sigma_by_senders` hold, per sender count, the median ratio and its own sigma;
-    `repeats` how many ratios (repeats x sizes) each median is over; `bytes` the message sizes used.
+    `repeats` how many ratios (repeats x sizes) each median is over; `bytes` the message sizes used;
+    `sigma_by_bytes` the sigma of each message size alone (every sender count pooled), because the
+    spread shrinks as messages grow (`sgdscale.comm.sharing.sigma_for_burst` picks the one that fits
+    a prediction's bursts; files from before it was recorded have none).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -114,12 +117,21 @@ class Sharing(BaseModel):
     sigma_by_senders: dict[str, ShareSigma] = Field(default_factory=dict)
     repeats: dict[str, SampleCount] = Field(default_factory=dict)
     bytes: list[ByteCount] = Field(default_factory=list)
+    sigma_by_bytes: dict[str, ShareSigma] = Field(default_factory=dict)
 
     @field_validator("first_last", "sigma_by_senders", "repeats")
     @classmethod
     def _sender_keys(cls, values: dict[str, Any]) -> dict[str, Any]:
         for key in values:
             worker_key(key)
+        return values
+
+    @field_validator("sigma_by_bytes")
+    @classmethod
+    def _size_keys(cls, values: dict[str, Any]) -> dict[str, Any]:
+        for key in values:
+            if not key.isdigit() or int(key) <= 0:
+                raise ValueError(f"key {key!r} is not a message size in bytes (write it as \"16000000\")")
         return values
 
 
@@ -308,19 +320,23 @@ def sharing_from_points(points: Sequence[BenchPoint], p2p: AlphaBeta) -> Sharing
     """
     min_bytes = max(SHARING_MIN_BYTES, SHARING_CROSSOVER_FACTOR * startup_s(points, p2p) / p2p.beta_s_per_byte)
     ratios: dict[int, list[float]] = {}
-    sizes: set[int] = set()
+    by_size: dict[int, dict[int, list[float]]] = {}  # size -> senders -> ratios
     for point in points:
         if point.op != "incast" or not point.senders_s or point.bytes < min_bytes or point.workers < 3:
             continue
-        ratios.setdefault(point.workers - 1, []).extend(min(r) / max(r) for r in point.senders_s if min(r) > 0)
-        sizes.add(point.bytes)
+        these = [min(r) / max(r) for r in point.senders_s if min(r) > 0]
+        ratios.setdefault(point.workers - 1, []).extend(these)
+        by_size.setdefault(point.bytes, {}).setdefault(point.workers - 1, []).extend(these)
     ratios = {k: v for k, v in ratios.items() if v}
     if not ratios:
         return None
+    by_size = {size: {k: v for k, v in senders.items() if v} for size, senders in by_size.items()}
     return Sharing(weight_sigma=fit_share_weight_sigma(ratios),
                    first_last={str(k): statistics.median(v) for k, v in sorted(ratios.items())},
                    sigma_by_senders={str(k): fit_share_weight_sigma({k: v}) for k, v in sorted(ratios.items())},
-                   repeats={str(k): len(v) for k, v in sorted(ratios.items())}, bytes=sorted(sizes))
+                   repeats={str(k): len(v) for k, v in sorted(ratios.items())}, bytes=sorted(by_size),
+                   sigma_by_bytes={str(size): fit_share_weight_sigma(senders)
+                                   for size, senders in sorted(by_size.items()) if senders})
 
 
 def load_network(path: str | Path) -> Network:
