@@ -79,7 +79,7 @@ def test_sharing_uses_only_bandwidth_bound_messages_and_several_senders():
     assert sharing.repeats == {"2": 2, "4": 3} and sharing.bytes == [2_000_000, 4_000_000]
     assert sharing.weight_sigma == pytest.approx(fit_share_weight_sigma({2: [0.9, 0.95], 4: [0.8, 0.85, 0.9]}))
     assert 0 < sharing.sigma_by_senders["2"] and 0 < sharing.sigma_by_senders["4"]
-    # each size alone, its sender counts pooled
+    # each size alone, its sender counts pooled (recorded, not used by the predictors)
     assert sharing.sigma_by_bytes == {"2000000": pytest.approx(fit_share_weight_sigma({2: [0.9, 0.95]})),
                                       "4000000": pytest.approx(fit_share_weight_sigma({4: [0.8, 0.85, 0.9]}))}
     # a slow start (alpha 10 ms: crossover 1 MB) leaves only messages of 20 MB and more
@@ -192,7 +192,7 @@ def test_validation_measures_incast_on_the_bandwidth_bound_sizes():
     from sgdscale.validation import network_bench_config
 
     config = network_bench_config()
-    assert "incast" in config["ops"] and config["incast_sizes"] == [1_422_624, 4_770_952, 16_000_000]
+    assert "incast" in config["ops"] and config["incast_sizes"] == [1_422_624, 4_770_952]
     assert all(size >= SHARING_MIN_BYTES for size in config["incast_sizes"])
 
 
@@ -239,37 +239,3 @@ def test_unmeasured_sharing_gets_the_typical_sigma_only_under_the_incumbents_rul
     assert simulated_weight_sigma(0.0, NEWCOMER_SHARE_WEIGHT) == UNMEASURED_WEIGHT_SIGMA > 0
     assert simulated_weight_sigma(0.0, 1.0) == 0.0
 
-
-def test_the_fine_method_shares_with_the_sigma_of_the_size_nearest_its_bursts():
-    """Held-out set 50: 8 senders' spread was sigma 0.42-1.39 at 1.4-4.8 MB and 0.12-0.14 at 8-16 MB
-    (benchmarks/results/sharing/1100Mbit-q0.2-n9-pinned.json); its workers moved 14-21 MB a step."""
-    from sgdscale.comm.sharing import sigma_for_burst
-
-    by_bytes = ((1.4e6, 0.8), (4.8e6, 1.2), (16e6, 0.13))
-    assert sigma_for_burst(0.7, by_bytes, 21e6) == 0.13  # beyond the largest: the largest
-    assert sigma_for_burst(0.7, by_bytes, 5e6) == 1.2  # nearest on a log scale
-    assert sigma_for_burst(0.7, by_bytes, 0.3e6) == 0.8
-    assert sigma_for_burst(0.7, (), 21e6) == 0.7  # a file from before sizes were fitted apart
-
-
-def test_a_prediction_uses_and_states_the_bursts_sigma(tmp_path):
-    import dataclasses
-
-    from sgdscale.cluster import Cluster
-    from sgdscale.comm.cost import CommModel
-    from sgdscale.predict import predict
-    from sgdscale.profile import load_profile
-    from sgdscale.report.table import header_line
-    from sgdscale.strategy import Strategy
-
-    profile = load_profile("gpt2")  # 21 MB of gradients: one shard takes them all each step
-    base = dataclasses.replace(CommModel.from_link(1e9, 50e-6), share_weight_sigma=1.2)
-    per_size = dataclasses.replace(base, share_sigma_by_bytes=((1.4e6, 1.2), (16e6, 0.13)))
-    cluster = Cluster(workers=4, bandwidth_bps=1e9, latency_s=50e-6)
-    runs = {name: predict(profile, cluster, Strategy(kind="ps-async"), comm, [4], ["fine"], iterations=30, seed=0)
-            for name, comm in (("aggregate", base), ("per size", per_size))}
-    assert runs["per size"].inputs["comm"]["share_sigma_for_bursts"] == 0.13
-    assert runs["aggregate"].inputs["comm"]["share_sigma_for_bursts"] == 1.2
-    assert runs["per size"].results[0].throughput != runs["aggregate"].results[0].throughput
-    assert "sigma 0.13 at the bursts' size, 1.20 over all sizes" in header_line(runs["per size"])
-    assert "(measured, sigma 1.20)" in header_line(runs["aggregate"])

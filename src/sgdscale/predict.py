@@ -15,7 +15,6 @@ from typing import Any
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.sharing import sigma_for_burst
 from sgdscale.comm.topology import Topology
 from sgdscale.errors import UserError
 from sgdscale.profile import Profile
@@ -152,10 +151,6 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "server_cpu_s_per_message": comm.server_cpu_s_per_message,
             "worker_cpu_s_per_message": comm.worker_cpu_s_per_message,
             "share_weight_sigma": comm.share_weight_sigma,
-            # what the fine method shares server links with: the sigma fitted at the incast size
-            # nearest a worker's gradients for one shard (sgdscale.comm.sharing.sigma_for_burst)
-            "share_sigma_for_bursts": sigma_for_burst(comm.share_weight_sigma, getattr(comm, "share_sigma_by_bytes", ()),
-                                                      profile.gradient_bytes / max(cluster.ps_count, 1)),
             "newcomer_share_weight": comm.newcomer_share_weight,
             "interference": (None if getattr(comm, "interference", None) is None else
                              {"compute_slowdown": comm.interference.compute_slowdown,

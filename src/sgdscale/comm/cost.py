@@ -81,10 +81,6 @@ class CommModel:
     # Wall seconds of a PS worker's budget a message costs on top when it leaves a gap after the
     # previous one (a thread wake-up and cold caches, sgdscale.message_cpu.wakeup_weights; 0: none).
     worker_cpu_s_per_wakeup: float = 0.0
-    # The sharing sigma fitted per incast message size (bytes, sigma), smallest first: the spread
-    # shrinks as messages grow, so the fine method takes the one nearest its bursts
-    # (sharing.sigma_for_burst; empty: the file recorded none, and `share_weight_sigma` stands).
-    share_sigma_by_bytes: tuple[tuple[float, float], ...] = ()
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -107,15 +103,13 @@ class CommModel:
         wakeup_cpu = (cpu.message_wakeup_s / cpu.cores if cpu is not None and cpu.message_wakeup_s and cpu.cores
                       else 0.0)
         sigma = network.sharing.weight_sigma if network.sharing is not None else 0.0
-        by_bytes = (tuple(sorted((float(size), float(v)) for size, v in network.sharing.sigma_by_bytes.items()))
-                    if network.sharing is not None else ())
         copy = network.bucket_copy.beta_s_per_byte if network.bucket_copy is not None else None
         quota = None
         if cpu is not None and cpu.cores and cpu.cores < 1.0:  # files from before it was recorded: the testbed's
             quota = (float(cpu.cores), float(network.environment.get("cfs_period_s", TESTBED_PERIOD_S)))
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
                    Interference.from_network(network), server_cpu, message_cpu, message_cpu, sigma,
-                   NEWCOMER_SHARE_WEIGHT, copy, quota, wakeup_cpu, share_sigma_by_bytes=by_bytes)
+                   NEWCOMER_SHARE_WEIGHT, copy, quota, wakeup_cpu)
 
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""

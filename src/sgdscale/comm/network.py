@@ -106,9 +106,9 @@ class Sharing(BaseModel):
     ratio (`fit_share_weight_sigma`; `CommModel.share_weight_sigma` hands it to the simulator).
     `first_last` and `sigma_by_senders` hold, per sender count, the median ratio and its own sigma;
     `repeats` how many ratios (repeats x sizes) each median is over; `bytes` the message sizes used;
-    `sigma_by_bytes` the sigma of each message size alone (every sender count pooled), because the
-    spread shrinks as messages grow (`sgdscale.comm.sharing.sigma_for_burst` picks the one that fits
-    a prediction's bursts; files from before it was recorded have none).
+    `sigma_by_bytes` the sigma of each message size alone (every sender count pooled): recorded, not
+    used by the predictors. Held-out set 52 kept the fine method taking the sigma at the size nearest
+    its bursts (4 replays: 4.1% -> 2.5%), set 53 took it back (4 real-compute cases: 0.7% -> 5.0%).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

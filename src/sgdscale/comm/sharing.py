@@ -62,19 +62,6 @@ def simulated_weight_sigma(measured_sigma: float, newcomer_weight: float) -> flo
     return measured_sigma if measured_sigma > 0.0 or newcomer_weight >= 1.0 else UNMEASURED_WEIGHT_SIGMA
 
 
-def sigma_for_burst(default_sigma: float, by_bytes: tuple[tuple[float, float], ...], burst_bytes: float) -> float:
-    """The sharing sigma for flows of `burst_bytes`: the sigma fitted at the incast message size
-    nearest to it on a log scale (`by_bytes`, (bytes, sigma) pairs), else `default_sigma` (the fit
-    over every size). The spread of equal flows started together shrinks as they grow: 8 senders
-    into one node of the emulated cluster (1100 Mbit/s, 0.20 cores) gave sigma 0.22-0.72 at 1-4 MB
-    and 0.12-0.14 at 8-16 MB (`benchmarks/link_sharing.py`, `benchmarks/results/sharing/`), and a
-    parameter server's workers each move a whole step's gradients (held-out set 50: 14-21 MB, where
-    the files' 1.4 and 4.8 MB gave 0.42-1.39)."""
-    if not by_bytes or burst_bytes <= 0:
-        return default_sigma
-    return min(by_bytes, key=lambda pair: abs(np.log(pair[0] / burst_bytes)))[1]
-
-
 DRAWS = 20_000  # Monte Carlo draws: the fraction to about 1e-3, deterministic (fixed seed)
 
 # Said wherever a PS prediction runs on an unmeasured spread (held-out sets 8 and 9 showed what equal

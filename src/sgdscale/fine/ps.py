@@ -77,7 +77,7 @@ import numpy as np
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
-from sgdscale.comm.sharing import sigma_for_burst, simulated_weight_sigma
+from sgdscale.comm.sharing import simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale import cpu_quota
 from sgdscale.cpu_quota import node_clocks, profiled_quota
@@ -286,10 +286,7 @@ class PsRun:
 
         # NICs shared by several devices or colocated servers are not stars: general network.
         newcomer = topology.nic.newcomer_share_weight
-        # a burst is one connection's messages of one step: a worker's gradients for one shard
-        burst_bytes = profile.gradient_bytes / shards
-        sigma = simulated_weight_sigma(sigma_for_burst(topology.nic.share_weight_sigma,
-                                                       topology.nic.share_sigma_by_bytes, burst_bytes), newcomer)
+        sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
         star = star and not links.shared_nics
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
         self.compute_slowdown = ps_compute_slowdown(topology.nic)

@@ -20,10 +20,7 @@ def header_line(prediction: Prediction) -> str:
     if kind == "allreduce":  # a parameter server runs no collective: naming one would mislead
         network += f", {comm['algorithm']} all-reduce"
     if kind != "allreduce" and comm.get("share_weight_sigma"):  # flows share server links unequally
-        used = comm.get("share_sigma_for_bursts", comm["share_weight_sigma"])
-        network += f", links shared unequally (measured, sigma {used:.2f}"
-        network += (f" at the bursts' size, {comm['share_weight_sigma']:.2f} over all sizes)"
-                    if abs(used - comm["share_weight_sigma"]) > 0.005 else ")")
+        network += f", links shared unequally (measured, sigma {comm['share_weight_sigma']:.2f})"
         if comm.get("newcomer_share_weight", 1.0) < 1.0:  # sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT
             network += f", flows already leaving a node first (a newcomer weighs {comm['newcomer_share_weight']:g})"
     if kind == "allreduce" and comm.get("measured_allreduce_workers"):
