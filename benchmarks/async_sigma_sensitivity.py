@@ -18,8 +18,8 @@ Raw output: benchmarks/results/<output>.md (async_sigma_sensitivity by default).
 from __future__ import annotations
 
 import argparse
-import math
 import dataclasses
+import math
 import statistics
 import sys
 from pathlib import Path

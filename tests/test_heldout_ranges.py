@@ -11,8 +11,7 @@ from sgdscale.cli import main
 RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
-def kept_sets(first: int, last: int, numbers=None) -> dict[int, list[dict]]:
-    numbers = range(first, last + 1) if numbers is None else numbers
+def kept_sets(numbers) -> dict[int, list[dict]]:
     return {n: json.loads((RESULTS / f"accuracy-heldout{n}" / "results.json").read_text())["cases"]
             for n in numbers if (RESULTS / f"accuracy-heldout{n}" / "results.json").exists()}
 
@@ -23,13 +22,13 @@ def test_shipped_ranges_are_what_the_kept_results_make():
     # its interference (benchmarks/budget_interference.py): every factor file, multiplied
     factors = hr.merged_factors(json.loads((RESULTS.parent.parent / path).read_text())["sets"]
                                 for path in shipped["factor_files"])
-    remade = hr.build(hr.with_factors(kept_sets(0, 0, shipped["sets"]), factors), generated_by=shipped["generated_by"],
+    remade = hr.build(hr.with_factors(kept_sets(shipped["sets"]), factors), generated_by=shipped["generated_by"],
                       factor_files=shipped["factor_files"])
     assert remade == shipped, "rerun benchmarks/heldout_ranges.py --write-data after changing the held-out record"
 
 
 def test_widening_is_the_least_that_covers_left_out_sets():
-    sets = kept_sets(18, 41)
+    sets = kept_sets(range(18, 42))
     widening = hr.leave_one_set_out(sets)
     assert set(widening) == set(hr.SOURCES)
     for source, w in widening.items():
@@ -111,7 +110,7 @@ def test_nominal_note_quotes_the_shipped_medians():
 def test_validate_says_how_many_cases_fell_inside():
     from sgdscale.commands.validate import range_line
 
-    cases = kept_sets(42, 42)[42]
+    cases = kept_sets([42])[42]
     rows = [r for r in hr.coverage(hr.shipped(), cases) if r["source"] == "measured" and r["method"] == "fine"]
     line = range_line(cases)
     assert f"from a measured network file fine {sum(r['inside'] for r in rows)}/{len(rows)}," in line

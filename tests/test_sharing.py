@@ -238,4 +238,3 @@ def test_unmeasured_sharing_gets_the_typical_sigma_only_under_the_incumbents_rul
     assert simulated_weight_sigma(0.3, NEWCOMER_SHARE_WEIGHT) == 0.3
     assert simulated_weight_sigma(0.0, NEWCOMER_SHARE_WEIGHT) == UNMEASURED_WEIGHT_SIGMA > 0
     assert simulated_weight_sigma(0.0, 1.0) == 0.0
-
