@@ -43,10 +43,18 @@ def test_measured_collective_is_interpolated_inside_and_extended_beyond():
     comm = CommModel.from_network(_network([(1e3, 0.010), (1e5, 0.030), (1e6, 0.080)]))
     assert comm.allreduce_s(1e3, 4) == pytest.approx(0.010)
     assert comm.allreduce_s(5.5e5, 4) == pytest.approx(0.055)
-    slope = comm.measured_allreduce[4].beta_s_per_byte
-    assert comm.allreduce_s(2e6, 4) == pytest.approx(0.080 + slope * 1e6)
+    # Beyond the largest size the collective is bandwidth-bound: the two largest sizes' slope
+    # (50 ms per 900 kB), not the fitted line's, which the startup-bound small sizes flatten.
+    assert comm.allreduce_s(2e6, 4) == pytest.approx(0.080 + 0.050 / 9e5 * 1e6)
+    assert comm.measured_allreduce[4].beta_s_per_byte < 0.050 / 9e5
     # Worker counts that were not measured fall back to the formula on the p2p link.
     assert comm.allreduce_s(1e6, 2) == pytest.approx(CommModel(comm.p2p).allreduce_s(1e6, 2))
+
+
+def test_beyond_the_curve_a_pair_that_does_not_rise_gives_way_to_the_fitted_line():
+    comm = CommModel.from_network(_network([(1e3, 0.010), (1e5, 0.090), (1e6, 0.080)]))
+    slope = comm.measured_allreduce[4].beta_s_per_byte
+    assert slope > 0 and comm.allreduce_s(2e6, 4) == pytest.approx(0.080 + slope * 1e6)
 
 
 def test_a_measured_size_enters_the_curve_at_the_lower_quartile_of_its_repeats():

@@ -96,6 +96,9 @@ def test_cli_errors_are_user_errors(capsys):
     assert "-o FILE" in capsys.readouterr().err
     assert main(["netbench", "--cpu-quota", "0.5", "-o", "x.json"]) == 2
     assert "--emulate" in capsys.readouterr().err
+    # said before any measuring: without p2p or a 2-process all-reduce no network file can be fitted
+    assert main(["netbench", "--ops", "allreduce", "--workers", "4", "-o", "x.json"]) == 2
+    assert "add p2p to --ops" in capsys.readouterr().err
 
 
 @pytest.mark.dist

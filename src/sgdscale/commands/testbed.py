@@ -252,6 +252,10 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
     sizes = nb.message_sizes(parse_size_bytes(min_size, "--min-size"), parse_size_bytes(max_size, "--max-size"),
                              points)
     config = nb.bench_config(sizes, repeats, warmup, [op.strip() for op in ops.split(",") if op.strip()])
+    if "p2p" not in config["ops"] and not ("allreduce" in config["ops"] and 2 in counts):
+        # said before measuring: the fit needs it, and a benchmark can run for minutes first
+        raise UserError(f"a network file needs point-to-point figures: add p2p to --ops (--ops p2p,{ops}) "
+                        "or measure a 2-process all-reduce (--workers 2,...)")
     if overlap_size is not None:
         config["overlap_bytes"] = max(nb.ELEMENT_BYTES, round(parse_size_bytes(overlap_size, "--overlap-size")
                                                               / nb.ELEMENT_BYTES) * nb.ELEMENT_BYTES)
