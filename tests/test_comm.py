@@ -57,6 +57,14 @@ def test_beyond_the_curve_a_pair_that_does_not_rise_gives_way_to_the_fitted_line
     assert slope > 0 and comm.allreduce_s(2e6, 4) == pytest.approx(0.080 + slope * 1e6)
 
 
+def test_predict_is_told_when_a_collective_lies_beyond_the_measured_curve():
+    comm = CommModel.from_network(_network([(1e3, 0.010), (1e5, 0.030), (1e6, 0.080)]))
+    note = comm.beyond_measured_note(25e6, [4, 8])
+    assert "25 MB" in note and "1 MB with 4 workers" in note and "--max-size 25MB" in note
+    assert comm.beyond_measured_note(1e6, [4]) is None  # inside the measured range
+    assert comm.beyond_measured_note(25e6, [8]) is None  # no curve for 8: the formula, nothing extrapolated
+
+
 def test_a_measured_size_enters_the_curve_at_the_lower_quartile_of_its_repeats():
     # Held-out set 26's 2-process file: 424 kB timed 2.5, 14.9, 19.2, 21.7 and 2.6 ms under a CFS
     # quota (median 14.9 ms, stalls); the curve takes 2.6 ms, the lower quartile.

@@ -162,6 +162,23 @@ class CommModel:
         beyond = known_times[-1] + _beyond_slope(known_sizes, known_times, linear) * (sizes - known_sizes[-1])
         return np.where(sizes > known_sizes[-1], beyond, inside)
 
+    def beyond_measured_note(self, largest_bytes: float, worker_counts: list[int]) -> str | None:
+        """Where a collective of `largest_bytes` lies beyond the measured all-reduce curve, in words for
+        `sgdscale predict` (None: inside it, or no curve for these worker counts)."""
+        from sgdscale.units import format_bytes
+
+        beyond = {n: self.measured_curves[n][0][-1] for n in worker_counts
+                  if n in self.measured_curves and largest_bytes > self.measured_curves[n][0][-1]}
+        if not beyond:
+            return None
+        counts = [str(n) for n in sorted(beyond)]
+        workers = counts[0] if len(counts) == 1 else ", ".join(counts[:-1]) + " and " + counts[-1]
+        return (f"an all-reduce of up to {format_bytes(largest_bytes)} lies beyond the network file's largest measured "
+                f"one ({format_bytes(max(beyond.values()))} with {workers} workers): its time grows at the "
+                "slope between the two largest sizes measured (within 3% at 2-4x the largest on the emulated cluster, "
+                "benchmarks/allreduce_beyond_curve.py); to measure it, run sgdscale netbench with "
+                f"--max-size {math.ceil(largest_bytes / 1e6)}MB")
+
     def allreduce_s(self, nbytes: float, workers: int) -> float:
         return float(self.allreduce_times_s([nbytes], workers)[0])
 

@@ -287,6 +287,13 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         overhead = ddp_overhead_note(loaded)
         if overhead:
             notes.append(overhead)
+    if plan.kind == "allreduce" and getattr(comm, "measured_curves", None) and max(counts) > 1:
+        from sgdscale.grouping import group_gradients
+
+        largest = max((group.bytes for group in group_gradients(loaded, plan, comm, max(counts))), default=0)
+        beyond = comm.beyond_measured_note(largest, [n for n in counts if n > 1])
+        if beyond:
+            notes.append(beyond)
 
     with DelayedProgress(err) as report:
         prediction = predict(loaded, cluster, plan, comm, counts, methods, iterations=iterations, warmup=warmup,
