@@ -77,12 +77,12 @@ def implied_bandwidth_bps(profile, case: dict, count: int, published: float) -> 
     return (low * high) ** 0.5
 
 
-def predict_case(case: dict) -> list[dict]:
+def calibrated(case: dict) -> tuple:
+    """(profile calibrated to the published one-worker speed, batch per worker, that speed, the published
+    throughput per worker count, whether a worker is a whole node)."""
     from sgdscale.calibrate import to_throughput
-    from sgdscale.predict import predict
     from sgdscale.profile import load_profile
 
-    base = load_profile(case["model"])
     per_node = "folded_gpus_per_node" in case
     if per_node:
         batch = case["batch_per_gpu"] * case["folded_gpus_per_node"]
@@ -91,11 +91,25 @@ def predict_case(case: dict) -> list[dict]:
         batch = case["batch_per_gpu"]
         one = case["one_gpu_samples_per_s"]
         measured = case.get("measured") or {n: e * int(n) * one for n, e in case["measured_efficiency"].items()}
-    profile = to_throughput(base, one, batch)
+    return to_throughput(load_profile(case["model"]), one, batch), batch, one, measured, per_node
+
+
+def predicted(profile, case: dict, count: int, variability: bool):
+    """The fine method's prediction of one case at `count` workers."""
+    from sgdscale.predict import predict
+
+    cluster, strategy, comm = cluster_for(case, count)
+    steps = 50 if case["strategy"] == "allreduce" else 20  # the PS simulation costs ~1 ms per message
+    return predict(profile, cluster, strategy, comm, [count], ["fine"], iterations=steps, warmup=5,
+                   variability=variability).results[0]
+
+
+def predict_case(case: dict) -> list[dict]:
+    profile, batch, one, measured, per_node = calibrated(case)
     rows = []
     for count_text, published in measured.items():
         count = int(count_text)
-        cluster, strategy, comm = cluster_for(case, count)
+        cluster, _, _ = cluster_for(case, count)
         row = {"case": case["id"], "source": case["source"], "model": case["model"], "precision": case["precision"],
                "strategy": case["strategy"], "topology": (f"{case['gpus_per_node']} GPUs/node, {case.get('allreduce') or case.get('ps_placement')}"
                                                           if "gpus_per_node" in case else "flat"),
@@ -103,10 +117,7 @@ def predict_case(case: dict) -> list[dict]:
                "one_worker_samples_per_s": one, "published_samples_per_s": published,
                "published_efficiency": published / (count * one)}
         for variability in (False, True):
-            steps = 50 if case["strategy"] == "allreduce" else 20  # the PS simulation costs ~1 ms per message
-            prediction = predict(profile, cluster, strategy, comm, [count], ["fine"], iterations=steps, warmup=5,
-                                 variability=variability)
-            result = prediction.results[0]
+            result = predicted(profile, case, count, variability)
             key = "var" if variability else "det"
             row[f"predicted_samples_per_s_{key}"] = result.throughput
             row[f"predicted_efficiency_{key}"] = result.throughput / (count * one)
