@@ -33,7 +33,7 @@ CURVE_QUANTILE = 0.25
 # Beyond the largest measured all-reduce a collective's time grows at the slope between the two
 # largest measured sizes, where it is bound by bandwidth. Until set 54 it grew at the slope of the
 # line fitted through every size, which startup-bound small sizes flatten: on held-out set 51's 16
-# nodes at 0.12 cores that line's 22.8 ns/B left 32 MB 4-6% and 64 MB 7-10% short of the times
+# nodes at 0.12 cores those lines' 22.5-23.7 ns/B left 32 MB 4-6% and 64 MB 7-10% short of the times
 # measured there, and 16 MB to 64 MB grew at 25-26 ns/B (`benchmarks/allreduce_beyond_curve.py`).
 BEYOND_SLOPE = "largest two"  # or "fitted line", as before
 
