@@ -66,7 +66,7 @@ def test_predict_states_a_range_inside_the_envelope_and_why_not_outside(tmp_path
         assert ranged["likely_range"]["low"] == ranged["throughput"] * entry["low"]
         assert ranged["likely_range"]["high"] == ranged["throughput"] * entry["high"]
         assert ranged["likely_range"]["source"] == "nominal" and ranged["likely_range"]["cases"] == entry["cases"]
-        assert "1 worker (held-out sets ran" in results[(1, method)]["likely_range"]["reason"]
+        assert "1 worker (held-out parameter-server sets ran" in results[(1, method)]["likely_range"]["reason"]
     low, high = results[(3, "fine")]["likely_range"]["low"], results[(3, "fine")]["likely_range"]["high"]
     assert f"{low:,.1f}-{high:,.1f}" in out
     assert "80% range: none where held-out validation ran nothing alike: 1 worker" in out
@@ -97,6 +97,20 @@ def test_no_range_beyond_what_held_out_sets_ran():
                           ({"strategy": {"kind": "allreduce", "grouping": "single"}}, "grouping single")):
         assert words in ranges.outside({**base, **change}, 3)
     assert "64 workers" in ranges.outside(base, 64)
+
+
+def test_worker_counts_are_bounded_per_strategy():
+    """All-reduce sets ran more workers than any parameter-server set: a count only all-reduce ran
+    gets a range for all-reduce and none for a parameter server."""
+    ranges = hr.shipped()
+    span = ranges.data["envelope"]["workers"]
+    beyond_ps = span["allreduce"][1]
+    assert beyond_ps > max(span["ps-sync"][1], span["ps-async"][1])
+    inputs = {"cluster": {"bandwidth_bps": 1e9, "ps_count": 1}, "profile": {"device": "cpu"}}
+    assert ranges.outside({**inputs, "strategy": {"kind": "allreduce", "grouping": "buckets"}}, beyond_ps) is None
+    for kind in ("ps-sync", "ps-async"):
+        reason = ranges.outside({**inputs, "strategy": {"kind": kind, "grouping": "per-tensor"}}, beyond_ps)
+        assert reason == f"{beyond_ps} workers (held-out parameter-server sets ran {span[kind][0]}-{span[kind][1]})"
 
 
 def test_nominal_note_quotes_the_shipped_medians():

@@ -168,7 +168,9 @@ def build(sets: dict[int, Sequence[dict[str, Any]]], generated_by: str,
         "min_cases": MIN_CASES,
         "widening": widening,
         "envelope": {
-            "workers": [min(c["workers"] for c in cases), max(c["workers"] for c in cases)],
+            # Per strategy: all-reduce ran 16 workers where no parameter server ran more than 8.
+            "workers": {strategy: [min(c["workers"] for c in own), max(c["workers"] for c in own)]
+                        for strategy in STRATEGIES if (own := [c for c in cases if c["strategy"] == strategy])},
             "bandwidth_bps": [min(c["bandwidth_bps"] for c in cases), max(c["bandwidth_bps"] for c in cases)],
             "ps_count": sorted({c.get("ps_count", 1) or 1 for c in cases if c["strategy"] != "allreduce"}),
         },
@@ -199,11 +201,14 @@ class Ranges:
         """Why a prediction lies outside what the held-out sets covered, or None."""
         envelope = self.data["envelope"]
         cluster, strategy, profile = inputs["cluster"], inputs["strategy"], inputs["profile"]
-        low_w, high_w = envelope["workers"]
         low_b, high_b = envelope["bandwidth_bps"]
         default_grouping = "buckets" if strategy["kind"] == "allreduce" else "per-tensor"
+        if strategy["kind"] not in envelope["workers"]:
+            return f"strategy {strategy['kind']} (held-out sets ran {', '.join(envelope['workers'])})"
+        low_w, high_w = envelope["workers"][strategy["kind"]]
         if not low_w <= workers <= high_w:
-            return f"{workers} worker{'s' if workers != 1 else ''} (held-out sets ran {low_w}-{high_w})"
+            what = "all-reduce" if strategy["kind"] == "allreduce" else "parameter-server"
+            return f"{workers} worker{'s' if workers != 1 else ''} (held-out {what} sets ran {low_w}-{high_w})"
         if not low_b * 0.999 <= cluster["bandwidth_bps"] <= high_b * 1.001:
             return (f"a {cluster['bandwidth_bps'] / 1e6:,.0f} Mbit/s link (held-out sets ran "
                     f"{low_b / 1e6:,.0f}-{high_b / 1e6:,.0f} Mbit/s)")
