@@ -55,7 +55,8 @@ def _evidence(**kw):
 
 
 def test_describer_rules():
-    assert words.describe(_evidence(workers=1)) == (words.LEVEL_COMPUTE, "compute: a single worker does not communicate")
+    assert words.describe(_evidence(workers=1, breakdown=Breakdown(1.0, 0.0, 0.0))) == (
+        words.LEVEL_COMPUTE, "compute: a single worker does not communicate")
     limited, text = words.describe(_evidence(breakdown=Breakdown(0.97, 0.02, 0.01)))
     assert limited == "compute" and text.startswith("compute:")
     # a saturated shared resource names itself and its lever
@@ -84,3 +85,22 @@ def test_levels_are_the_topology_levels():
     from sgdscale.comm import topology
 
     assert topology.LEVEL_NIC is words.LEVEL_NIC and topology.LEVEL_INTRA is words.LEVEL_INTRA
+
+
+@pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
+def test_a_parameter_servers_single_worker_is_limited_by_its_pushes_and_pulls(kind):
+    """One PS worker still sends every gradient to its server and waits for the reply: at 400 Mbit/s
+    gpt2's 21 MB each way take most of its step, which is communication, not compute."""
+    prediction = predict(load_profile("gpt2"), Cluster(1, 400e6), Strategy(kind), CommModel.from_link(400e6, 20e-6, "ring"),
+                         [1], iterations=20, warmup=5)
+    for result in prediction.results:
+        assert result.breakdown.exposed_comm_s > result.breakdown.compute_s
+        assert result.bottleneck.startswith("communication:"), (result.method, result.bottleneck)
+        assert "does not communicate" not in result.bottleneck
+
+
+def test_an_all_reduce_single_worker_does_not_communicate():
+    prediction = predict(load_profile("gpt2"), Cluster(1, 400e6), Strategy("allreduce"),
+                         CommModel.from_link(400e6, 20e-6, "ring"), [1], iterations=20, warmup=5)
+    for result in prediction.results:
+        assert result.bottleneck == "compute: a single worker does not communicate", result.method

@@ -123,7 +123,7 @@ def busiest_level(levels: dict[str, float]) -> str:
 def describe(e: Evidence) -> tuple[str, str]:
     """(limited_by, sentence): one rule set for every strategy and method.
 
-    In order: one worker, or exposed communication under 5% and waiting under 10% of the step, is
+    In order: one worker that does not communicate (all-reduce), or exposed communication under 5% and waiting under 10% of the step, is
     compute; a shared resource
     at least 85% busy names itself; waiting at least 10% of the step and more than exposed
     communication is stragglers (sync, with a cause, and longer than any server is busy per step)
@@ -131,11 +131,11 @@ def describe(e: Evidence) -> tuple[str, str]:
     otherwise the exposed communication, on the busiest level.
     """
     tail = f" {e.note}" if e.note else ""
-    if e.workers == 1:
+    b = e.breakdown
+    if e.workers == 1 and b.exposed_comm_s <= 0 and b.wait_s < VISIBLE * e.step_s:  # a PS worker alone still talks to its server
         return LEVEL_COMPUTE, "compute: a single worker does not communicate" + tail
     if e.step_s <= 0:
         return LEVEL_COMPUTE, "compute: nothing to compute" + tail
-    b = e.breakdown
     wait, exposed = b.wait_s / e.step_s, b.exposed_comm_s / e.step_s
     shared = {k: v for k, v in e.utilization.items() if k != COMPUTE}
     top = max(shared, key=shared.get) if shared else ""
