@@ -180,3 +180,10 @@ def test_cli_states_ranges_where_held_out_runs_cover_the_point(tmp_path, capsys)
     assert "64 workers" in ranking[64]["likely_range"]["reason"]
     assert "80% range" in out and "no 80% range for 64 workers" in out
     assert f"{four['likely_range']['low']:,.1f}-{four['likely_range']['high']:,.1f}" in out
+
+
+def test_a_cpu_profile_on_a_gpu_preset_says_so(capsys):
+    code, out, err = run(capsys, "gpt2", "--cluster", "dgx-a100", "--nodes", "1,2", "--iterations", "10")
+    assert code == 0, err
+    assert ("note: the cluster dgx-a100 has A100 devices, but the profile was measured on cpu: Intel(R) Xeon(R) "
+            "Processor, 1 thread: its compute times are used as measured; to search at A100 speed") in " ".join(out.split())

@@ -72,6 +72,7 @@ def test_preset_and_cluster_file(tmp_path, capsys):
     ({"schema": "sgdscale.cluster/1", "nodes": 2, "slow_nics": [{"node": 5, "bandwidth": "1Gbit"}]}, "names node 5"),
     ({"schema": "sgdscale.cluster/2"}, "unsupported schema"),
     ({"schema": "sgdscale.cluster/1", "nic": {"bandwidth": "1Gbit", "speed": 3}}, "nic.speed = 3: Extra inputs"),
+    ({"schema": "sgdscale.cluster/1", "device": "A100-80GB"}, "device = A100-80GB: unknown device 'A100-80GB'; known"),
 ])
 def test_bad_cluster_files_are_one_line(tmp_path, capsys, content, message):
     spec = tmp_path / "c.json"
@@ -101,3 +102,37 @@ def test_presets_load_and_cite_a_source():
         assert load_cluster(name) is spec and spec.source
     with pytest.raises(UserError):
         load_cluster("/nonexistent/cluster.json")
+
+
+def test_a_cpu_profile_on_a_gpu_preset_says_so_and_how_to_retarget(tmp_path, capsys):
+    """The built-in profiles were measured on a CPU: on a DGX their compute times would stand for an
+    A100's without a word. The note names both devices and the options that retarget."""
+    code, out, err = run(capsys, "resnet50", "--cluster", "dgx-a100", "--nodes", "2", "--iterations", "5",
+                         "--method", "coarse")
+    assert code == 0, err
+    assert ("note: the cluster dgx-a100 has A100 devices, but the profile was measured on cpu: Intel(R) Xeon(R) "
+            "Processor, 1 thread: its compute times are used as measured; to predict A100 speed, give "
+            "--target-device A100") in out
+    code, out, err = run(capsys, "resnet50", "--cluster", "dgx-a100", "--nodes", "2", "--iterations", "5",
+                         "--method", "coarse", "--target-device", "A100")
+    assert code == 0, err
+    assert "has A100 devices" not in out and "calibrated profile: roofline vm-cpu-1t" in out
+    spec = tmp_path / "c.json"  # a cluster file that names no device says nothing
+    spec.write_text(json.dumps({"schema": "sgdscale.cluster/1", "gpus_per_node": 2}))
+    code, out, err = run(capsys, "resnet50", "--cluster", str(spec), "--nodes", "2", "--iterations", "5",
+                         "--method", "coarse")
+    assert code == 0, err
+    assert "devices, but the profile was measured on" not in out
+
+
+def test_a_profile_of_the_clusters_device_needs_no_note():
+    from sgdscale.clusters import device_note
+    from sgdscale.profile import load_profile
+
+    cpu = load_profile("resnet50")
+    assert device_note(load_cluster("cpu-ethernet"), cpu) is None  # names no device
+    on_a100 = cpu.model_copy(update={"device": "cuda: NVIDIA A100-SXM4-80GB", "device_key": None})
+    assert device_note(load_cluster("dgx-a100"), on_a100) is None
+    on_a10 = cpu.model_copy(update={"device": "cuda: NVIDIA A10", "device_key": None})  # A10 is not A100
+    assert "has A100 devices, but the profile was measured on cuda: NVIDIA A10:" in device_note(load_cluster("dgx-a100"), on_a10)
+    assert "has V100 devices" in device_note(load_cluster("8xV100-pcie"), cpu)

@@ -7,7 +7,7 @@ The sources of every preset number are in docs/clusters.md. A NIC's `framing` (e
 none) and `mtu` say what its rate counts besides payload (`sgdscale.comm.framing`; default: TCP over
 Ethernet at MTU 1500).
 
-    {"schema": "sgdscale.cluster/1", "name": "my-cluster",
+    {"schema": "sgdscale.cluster/1", "name": "my-cluster", "device": "A100",
      "nodes": 4, "gpus_per_node": 8,
      "intra": {"bandwidth": "300GB/s", "latency": "2us"},
      "nic": {"bandwidth": "200Gbit", "latency": "5us", "framing": "none"},
@@ -18,6 +18,7 @@ Ethernet at MTU 1500).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -114,6 +115,7 @@ class ClusterSpec(BaseModel):
     schema_: Literal["sgdscale.cluster/1"] = Field(default=CLUSTER_SCHEMA, alias="schema")
     name: str = ""
     source: str = ""
+    device: str = ""  # the devices' key in the catalog (`sgdscale.device`, e.g. A100); "" when unsaid
     nodes: WorkerCount | None = None
     gpus_per_node: GpusPerNode = 1
     intra: LinkSpec = LinkSpec(bandwidth=128e9, latency=5e-6)
@@ -121,6 +123,18 @@ class ClusterSpec(BaseModel):
     servers: ServerSpec = ServerSpec()
     slow_nodes: list[SlowNode] = Field(default_factory=list)
     slow_nics: list[SlowNic] = Field(default_factory=list)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not value:
+            return value
+        from sgdscale.device import get_device
+
+        try:
+            return get_device(value).key
+        except UserError as error:
+            raise ValueError(str(error)) from None
 
     def check_nodes(self, nodes: int) -> None:
         """Slow nodes and NICs must name nodes that exist."""
@@ -132,18 +146,18 @@ class ClusterSpec(BaseModel):
 
 PRESETS: dict[str, ClusterSpec] = {
     "dgx-a100": ClusterSpec(
-        name="dgx-a100", gpus_per_node=8,
+        name="dgx-a100", gpus_per_node=8, device="A100",
         source="NVIDIA DGX A100 datasheet: 8x A100 SXM4, NVLink 3 via NVSwitch (600 GB/s per GPU, both "
                "directions together), 8x ConnectX-6 200 Gb/s HDR InfiniBand for compute",
         intra=LinkSpec(bandwidth="300GB/s", latency="2us"),
         nic=NicSpec(bandwidth="1600Gbit", latency="5us", framing="none")),
     "p4d.24xlarge": ClusterSpec(
-        name="p4d.24xlarge", gpus_per_node=8,
+        name="p4d.24xlarge", gpus_per_node=8, device="A100",
         source="AWS EC2 P4d instances page: 8x A100, NVSwitch 600 GB/s, 400 Gbps EFA networking",
         intra=LinkSpec(bandwidth="300GB/s", latency="2us"),
         nic=NicSpec(bandwidth="400Gbit", latency="15us", framing="none")),
     "8xV100-pcie": ClusterSpec(
-        name="8xV100-pcie", gpus_per_node=8,
+        name="8xV100-pcie", gpus_per_node=8, device="V100",
         source="NVIDIA V100 datasheet (PCIe card: PCIe 3.0 x16, 32 GB/s both directions together); "
                "a 25 Gbit/s Ethernet NIC per node",
         intra=LinkSpec(bandwidth="16GB/s", latency="5us"),
@@ -154,6 +168,26 @@ PRESETS: dict[str, ClusterSpec] = {
         intra=LinkSpec(bandwidth="128Gbit", latency="5us"),
         nic=NicSpec(bandwidth="10Gbit", latency="20us")),
 }
+
+
+def device_note(spec: ClusterSpec | None, profile, can_calibrate: bool = True) -> str | None:
+    """What to say when the cluster names its devices and the profile was measured on something else:
+    its compute times then stand for another device's (a CPU profile on a DGX is a CPU cluster with
+    NVLink), which is rarely what a user means. None when the cluster names no device, the profile
+    names that device, or a calibration already said what speed to assume."""
+    if spec is None or not spec.device or profile.provenance.get("calibration"):
+        return None
+    if profile.device_key is not None:
+        if profile.device_key == spec.device:
+            return None
+    elif re.search(rf"\b{re.escape(spec.device)}\b", str(profile.device), re.IGNORECASE):  # "cuda: NVIDIA A100-SXM4-80GB"
+        return None
+    fix = (f"to predict {spec.device} speed, give --target-device {spec.device} (a roofline from the profile's "
+           "FLOPs and bytes) or --device-throughput SAMPLES/s --batch-size N (a rate you measured)") if can_calibrate \
+        else (f"to search at {spec.device} speed, profile the model on one of those devices (or see what "
+              f"`sgdscale predict --target-device {spec.device}` gives)")
+    return (f"the cluster {spec.name or 'file'} has {spec.device} devices, but the profile was measured on "
+            f"{profile.device}: its compute times are used as measured; {fix}")
 
 
 def load_cluster(name_or_path: str) -> ClusterSpec:
