@@ -38,7 +38,15 @@ distributed system.
 
 Memory: parameters plus gradients only (no activations: the tensor passed between layers has one
 element); a gradient is allocated inside its node's time budget and handed to autograd without a
-copy. The optimizer is not run: the profiled `optimizer_s` is spent instead, by a worker after its
+copy. From the second step on, a worker's gradient is the previous step's storage again (a new
+tensor over it, which autograd adopts as freely), as a GPU's caching allocator hands back the same
+blocks: allocated fresh, every tensor over 32 MB is a new mapping whose pages fault in again each
+step (glibc), and under a small CPU quota that costs more than the profiled time, which already
+holds the allocation at the profiling device's speed. vgg16's 411 MB fc6 gradient took 1.06 s at
+0.15 cores against 0.26 s profiled for its layer's backward; a replay worker of vgg16 or alexnet
+stepped 41-45% slower than its profile at 0.15 cores, against 0.2% with the storage kept, and the
+other built-in profiles (no tensor over 32 MB) within 2% either way (`benchmarks/replay_fidelity.py
+--memory both`); held-out set 57's vgg16 replays ran 9-11% slower than predicted. The optimizer is not run: the profiled `optimizer_s` is spent instead, by a worker after its
 step and by a parameter-server shard per tensor in place of its update (a real SGD update of
 553 MB of vgg16 gradients would add CPU time and memory traffic the profile does not contain).
 Data loading and host-to-device time (`step.data_s`, `step.h2d_s`) are spent at the start of
@@ -122,16 +130,23 @@ class _Grad(torch.autograd.Function):
     after `gap_s` (the time since the previous gradient in the profile)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, param: Tensor, gap_s: float, spender: Spender) -> Tensor:  # type: ignore[override]
-        ctx.param, ctx.gap_s, ctx.spender = param, gap_s, spender
+    def forward(ctx, x: Tensor, param: Tensor, gap_s: float, spender: Spender,  # type: ignore[override]
+                kept: list[Tensor | None] | None) -> Tensor:
+        ctx.param, ctx.gap_s, ctx.spender, ctx.kept = param, gap_s, spender, kept
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
         started = time.perf_counter()
-        grad = torch.zeros_like(ctx.param)  # fresh: autograd adopts it as .grad without copying
+        kept = ctx.kept
+        if kept is None:
+            grad = torch.zeros_like(ctx.param)  # fresh: autograd adopts it as .grad without copying
+        else:  # the storage of this parameter's previous gradient (module docstring, Memory)
+            if kept[0] is None:
+                kept[0] = torch.zeros_like(ctx.param)
+            grad = kept[0].view_as(ctx.param)  # a tensor nothing else holds: adopted without a copy too
         ctx.spender.spend(ctx.gap_s, started)
-        return grad_out, grad, None, None
+        return grad_out, grad, None, None, None
 
 
 class _Tail(torch.autograd.Function):
@@ -152,26 +167,29 @@ class _Tail(torch.autograd.Function):
 class ReplayLayer(nn.Module):
     """One profiled layer: owns its parameters (p0, p1, ... in profile order) and spends its forward."""
 
-    def __init__(self, numels: list[int], forward_s: float, chain: list[tuple[int, float]], spender: Spender) -> None:
+    def __init__(self, numels: list[int], forward_s: float, chain: list[tuple[int, float]], spender: Spender,
+                 keep_gradients: bool = True) -> None:
         super().__init__()
         self.forward_s = forward_s
         self.spender = spender
         self.chain = chain  # (parameter index, gap_s) in forward order = reverse of gradient-ready order
         for index, numel in enumerate(numels):
             self.register_parameter(f"p{index}", nn.Parameter(torch.zeros(numel)))
+        # per parameter, the storage its gradients reuse (None: a fresh gradient every step)
+        self.kept: list[list[Tensor | None] | None] = [[None] if keep_gradients else None for _ in numels]
 
     def forward(self, x: Tensor) -> Tensor:
         started = time.perf_counter()
         self.spender.spend(self.forward_s, started, "forward")
         for index, gap_s in self.chain:
-            x = _Grad.apply(x, getattr(self, f"p{index}"), gap_s, self.spender)
+            x = _Grad.apply(x, getattr(self, f"p{index}"), gap_s, self.spender, self.kept[index])
         return x
 
 
 class ReplayModule(nn.Module):
     """The whole profiled model: `layers.I.pK` is tensor K of profiled layer I."""
 
-    def __init__(self, profile: Profile, spender: Spender) -> None:
+    def __init__(self, profile: Profile, spender: Spender, keep_gradients: bool = True) -> None:
         super().__init__()
         self.spender = spender
         self.profile = profile
@@ -199,7 +217,8 @@ class ReplayModule(nn.Module):
         layers = []
         for index, layer in enumerate(profile.layers):
             forward_s = layer.forward_s + (self.lead_s if index == 0 else 0.0)
-            layers.append(ReplayLayer([t.numel for t in layer.params], forward_s, chains[index], spender))
+            layers.append(ReplayLayer([t.numel for t in layer.params], forward_s, chains[index], spender,
+                                      keep_gradients))
             self.profile_names += [t.name for t in layer.params]
         self.layers = nn.ModuleList(layers)
         if profile.buffer_bytes:  # as many buffer bytes as the model (DDP broadcasts them before every forward)
@@ -306,14 +325,17 @@ class Replay:
         return out
 
 
-def build_replay(profile_json: dict[str, Any], compute: str, calibrate: bool = True) -> Replay:
+def build_replay(profile_json: dict[str, Any], compute: str, calibrate: bool = True,
+                 keep_gradients: bool = True) -> Replay:
     """The replay of a profile (already validated JSON). `calibrate=False` (server shards, which
     never run the module's compute in the measured loop, only spend the optimizer's time) skips the
-    overhead calibration; spinning still measures its rate."""
+    overhead calibration; spinning still measures its rate. `keep_gradients=False`
+    (`benchmarks/replay_fidelity.py`'s comparison) makes every step's gradients fresh, as replays did
+    before held-out set 57."""
     profile = profile_from_json(profile_json, "replay profile")
     rate = calibrate_spin_rate() if compute == "spin" else None
     spender = Spender(compute if rate or compute == "sleep" else "sleep", rate)
-    module = ReplayModule(profile, spender)
+    module = ReplayModule(profile, spender, keep_gradients=keep_gradients)
     if calibrate:
         spender.overhead_s = calibrate_overhead(module, spender)
     return Replay(profile=profile, module=module, spender=spender)
