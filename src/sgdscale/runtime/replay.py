@@ -46,8 +46,10 @@ holds the allocation at the profiling device's speed. vgg16's 411 MB fc6 gradien
 0.15 cores against 0.26 s profiled for its layer's backward; a replay worker of vgg16 or alexnet
 stepped 39-49% slower than its profile at 0.15 cores, against 0.2-0.4% with the storage kept
 (`benchmarks/replay_fidelity.py --memory both`, raw `replay_fidelity-q0.15.txt`); the other
-built-in profiles (no tensor over 32 MB) stepped within 2.2% of theirs with fresh gradients
-(`replay_fidelity-q0.15-others.txt`). Held-out set 57's vgg16 replays ran 9-11% slower than predicted. The optimizer is not run: the profiled `optimizer_s` is spent instead, by a worker after its
+built-in profiles (no tensor over 32 MB) stepped -1.0% to +2.0% from theirs with fresh gradients
+(median of 2; one gpt2 run +4.4%) and -0.6% to +0.6% kept (`replay_fidelity-q0.15-others.txt`).
+Held-out set 57's vgg16 replays ran 9-11% slower than predicted.
+The optimizer is not run: the profiled `optimizer_s` is spent instead, by a worker after its
 step and by a parameter-server shard per tensor in place of its update (a real SGD update of
 553 MB of vgg16 gradients would add CPU time and memory traffic the profile does not contain).
 Data loading and host-to-device time (`step.data_s`, `step.h2d_s`) are spent at the start of
