@@ -123,16 +123,16 @@ def busiest_level(levels: dict[str, float]) -> str:
 def describe(e: Evidence) -> tuple[str, str]:
     """(limited_by, sentence): one rule set for every strategy and method.
 
-    In order: one worker that does not communicate (all-reduce), or exposed communication under 5% and waiting under 10% of the step, is
-    compute; a shared resource
-    at least 85% busy names itself; waiting at least 10% of the step and more than exposed
+    In order: one worker with nothing to communicate (all-reduce; a parameter server's one worker
+    still pushes and pulls), or exposed communication under 5% and waiting under 10% of the step,
+    is compute; a shared resource at least 85% busy names itself; waiting at least 10% of the step and more than exposed
     communication is stragglers (sync, with a cause, and longer than any server is busy per step)
     or else queueing at the busiest resource;
     otherwise the exposed communication, on the busiest level.
     """
     tail = f" {e.note}" if e.note else ""
     b = e.breakdown
-    if e.workers == 1 and b.exposed_comm_s <= 0 and b.wait_s < VISIBLE * e.step_s:  # a PS worker alone still talks to its server
+    if e.workers == 1 and b.exposed_comm_s <= 0 and b.wait_s < VISIBLE * e.step_s:
         return LEVEL_COMPUTE, "compute: a single worker does not communicate" + tail
     if e.step_s <= 0:
         return LEVEL_COMPUTE, "compute: nothing to compute" + tail

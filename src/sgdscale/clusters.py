@@ -19,7 +19,7 @@ Ethernet at MTU 1500).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -28,6 +28,9 @@ from sgdscale.errors import UserError
 from sgdscale.inputs import LATENCY_S, ComputeScale, GpusPerNode, NodeIndex, ServerCount, WorkerCount
 from sgdscale.jsonio import read_document
 from sgdscale.units import parse_bandwidth_bps, parse_time_s
+
+if TYPE_CHECKING:
+    from sgdscale.profile import Profile
 
 CLUSTER_SCHEMA = "sgdscale.cluster/1"
 
@@ -170,11 +173,13 @@ PRESETS: dict[str, ClusterSpec] = {
 }
 
 
-def device_note(spec: ClusterSpec | None, profile, can_calibrate: bool = True) -> str | None:
-    """What to say when the cluster names its devices and the profile was measured on something else:
-    its compute times then stand for another device's (a CPU profile on a DGX is a CPU cluster with
-    NVLink), which is rarely what a user means. None when the cluster names no device, the profile
-    names that device, or a calibration already said what speed to assume."""
+def device_note(cluster: str | None, profile: Profile, can_calibrate: bool = True) -> str | None:
+    """What to say when the cluster (`--cluster`: a preset or file, or None) names its devices and the
+    profile was measured on something else: its compute times then stand for another device's (a CPU
+    profile on a DGX is a CPU cluster with NVLink), which is rarely what a user means. None when the
+    cluster names no device, the profile names that device, or a calibration already said what speed
+    to assume."""
+    spec = load_cluster(cluster) if cluster else None
     if spec is None or not spec.device or profile.provenance.get("calibration"):
         return None
     if profile.device_key is not None:

@@ -114,12 +114,11 @@ def advise_command(profile: str, target_efficiency: float | None, target_through
         raise UserError("--target-throughput searches the NIC bandwidth, which --cpu-per-node caps; drop one of them")
     counts, cluster, comm, notes = resolve_cluster(ps_count=1, interference=not no_interference, **cluster_options)
     loaded = load_profile(profile)
-    if cluster_options["cluster_file"]:
-        from sgdscale.clusters import device_note, load_cluster
+    from sgdscale.clusters import device_note
 
-        mismatch = device_note(load_cluster(cluster_options["cluster_file"]), loaded, can_calibrate=False)
-        if mismatch:
-            notes.insert(0, mismatch)
+    mismatch = device_note(cluster_options["cluster_file"], loaded, can_calibrate=False)
+    if mismatch:
+        notes.insert(0, mismatch)
     if method == "fine":  # each kind's cheapest configuration alone must fit the fine method's bound
         for kind in kinds:
             inputs.check_work(kind, ["fine"], counts, iterations + warmup, len(loaded.tensors))

@@ -279,12 +279,11 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         notes.append(UNMEASURED_SHARING_NOTE)
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
-    if cluster_file:
-        from sgdscale.clusters import device_note, load_cluster
+    from sgdscale.clusters import device_note
 
-        mismatch = device_note(load_cluster(cluster_file), loaded)
-        if mismatch:
-            notes.insert(0, mismatch)
+    mismatch = device_note(cluster_file, loaded)
+    if mismatch:
+        notes.insert(0, mismatch)
     if plan.kind == "allreduce" and plan.grouping == "buckets" and max(counts) > 1:
         from sgdscale.bucket_copies import buffers_note, copies_note, ddp_overhead_note
 
