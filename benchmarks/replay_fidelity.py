@@ -30,7 +30,8 @@ def fidelity_rank(ctx):
     """Rank target: build the replay, time warm-up + measured steps (forward, backward, optimizer)."""
     from sgdscale.runtime.replay import build_replay, replay_batch
 
-    replay = build_replay(ctx.config["profile"], ctx.config["compute"], keep_gradients=ctx.config.get("keep_gradients", True))
+    replay = build_replay(ctx.config["profile"], ctx.config["compute"],
+                          keep_gradients=ctx.config.get("keep_gradients", True))
     x, _ = replay_batch(1)
     steps = []
     for _ in range(ctx.config["warmup"] + ctx.config["iterations"]):
@@ -57,6 +58,9 @@ def main() -> None:
     parser.add_argument("--output", default="replay_fidelity")
     args = parser.parse_args()
     memories = {"kept": [True], "fresh": [False], "both": [False, True]}[args.memory]
+    # (compute, keep_gradients, label): the label names the memory only where both are run
+    variants = [(c, k, c + ("" if len(memories) == 1 else (" kept" if k else " fresh")))
+                for c in args.computes.split(",") for k in memories]
 
     from sgdscale.jsonio import write_json_atomic
     from sgdscale.profile import load_profile
@@ -64,16 +68,14 @@ def main() -> None:
     from sgdscale.runtime.launch import launch
 
     conditions = ([] if args.no_local else ["local"]) + ([f"quota {args.quota:g}"] if os.geteuid() == 0 else [])
-    computes = args.computes.split(",")
     rows, lines = [], []
     for name in args.profiles.split(","):
         profile = load_profile(name)
         for repeat in range(args.repeats):
             for condition in conditions:
-                for compute, keep in ((c, k) for c in computes for k in memories):
+                for compute, keep, label in variants:
                     config = {"profile": profile.to_json(), "compute": compute, "iterations": args.iterations,
                               "warmup": 2, "keep_gradients": keep}
-                    label = compute + ("" if len(memories) == 1 else (" kept" if keep else " fresh"))
                     env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
                     if condition == "local":
                         result = launch("replay_fidelity:fidelity_rank", config, 1, timeout_s=600, env=env)
@@ -93,15 +95,14 @@ def main() -> None:
                     print(line, flush=True)
                     lines.append(line)
     lines.append("")
-    labels = [c + ("" if len(memories) == 1 else (" kept" if k else " fresh")) for c in computes for k in memories]
     for name in args.profiles.split(","):
         for condition in conditions:
-            for compute in labels:
+            for _, _, compute in variants:
                 errors = [r["error"] for r in rows
                           if (r["profile"], r["condition"], r["compute"]) == (name, condition, compute)]
                 lines.append(f"{name:9s} {condition:11s} {compute:5s}: median {statistics.median(errors):+.1%}, "
                              f"range {min(errors):+.1%} .. {max(errors):+.1%} over {len(errors)} runs")
-    print("\n".join(lines[-len(args.profiles.split(",")) * len(conditions) * len(labels):]))
+    print("\n".join(lines[-len(args.profiles.split(",")) * len(conditions) * len(variants):]))
     RESULTS.mkdir(exist_ok=True)
     write_json_atomic(RESULTS / f"{args.output}.json", {"rows": rows, "argv": sys.argv[1:],
                                                          "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})

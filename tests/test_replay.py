@@ -227,8 +227,8 @@ def _faults_of_third_backward(keep: bool) -> tuple[int, bool]:
 
 def test_a_replay_worker_reuses_its_gradients_storage_so_no_step_faults_it_in_again():
     """Fresh each step, a 64 MB gradient is a new mapping (glibc maps anything over 32 MB apart) whose
-    16,384 pages fault in again: at 0.15 cores vgg16's 411 MB gradient took 1.06 s against 0.26 s
-    profiled for its layer (benchmarks/results/replay_fidelity-q0.15.txt). Kept, the third step's
+    16,384 pages fault in again: at 0.15 cores vgg16's 411 MB gradient took 1.05 s against 0.26 s
+    profiled for its layer (benchmarks/results/gradient_allocation.md). Kept, the third step's
     gradient is the second's storage and faults in almost nothing."""
     faults, same = _faults_of_third_backward(keep=True)
     assert same and faults < 500

@@ -42,8 +42,8 @@ copy. From the second step on, a worker's gradient is the previous step's storag
 tensor over it, which autograd adopts as freely), as a GPU's caching allocator hands back the same
 blocks: allocated fresh, every tensor over 32 MB is a new mapping whose pages fault in again each
 step (glibc), and under a small CPU quota that costs more than the profiled time, which already
-holds the allocation at the profiling device's speed. vgg16's 411 MB fc6 gradient took 1.06 s at
-0.15 cores against 0.26 s profiled for its layer's backward; a replay worker of vgg16 or alexnet
+holds the allocation at the profiling device's speed. vgg16's 411 MB fc6 gradient took 1.05 s at
+0.15 cores against 0.26 s profiled for its layer's backward (`benchmarks/gradient_allocation.py`); a replay worker of vgg16 or alexnet
 stepped 39-49% slower than its profile at 0.15 cores, against 0.2-0.4% with the storage kept
 (`benchmarks/replay_fidelity.py --memory both`, raw `replay_fidelity-q0.15.txt`); the other
 built-in profiles (no tensor over 32 MB) stepped -1.0% to +2.0% from theirs with fresh gradients
