@@ -206,23 +206,38 @@ def test_cli_replay_bad_input_exits_2(capsys):
         assert message in err and len(err.strip().splitlines()) == 1
 
 
+_THIRD_BACKWARD = """
+import json, resource, sys
+from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes
+from sgdscale.runtime.replay import build_replay, replay_batch
+big = Layer(name="big", forward_s=0.001, backward_s=0.001,
+            params=[ParamTensor(name="big.weight", numel=16 * 2**20, bytes=64 * 2**20)])
+profile = Profile(model="synthetic", batch_size=4, layers=[big], step=StepTimes(data_s=0.0, optimizer_s=0.0))
+replay = build_replay(profile.to_json(), "sleep", calibrate=False, keep_gradients=sys.argv[1] == "kept")
+x, _ = replay_batch(1)
+pointers = []
+for _ in range(3):
+    replay.module.zero_grad(set_to_none=True)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    replay.module(x).sum().backward()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    pointers.append(next(replay.module.parameters()).grad.data_ptr())
+print(json.dumps([faults, pointers[1] == pointers[2]]))
+"""
+
+
 def _faults_of_third_backward(keep: bool) -> tuple[int, bool]:
     """Minor page faults of a replay's third backward (one 64 MB tensor), and whether its gradient
-    has the second step's storage."""
-    import resource
+    has the second step's storage. In a fresh interpreter, as a worker is: inside the test session a
+    fresh gradient can land on heap memory that earlier tests left resident, and fault in nothing."""
+    import json
+    import subprocess
+    import sys
 
-    big = Layer(name="big", forward_s=0.001, backward_s=0.001,
-                params=[ParamTensor(name="big.weight", numel=16 * 2**20, bytes=64 * 2**20)])
-    replay = build_replay(_profile(layers=[big]).to_json(), "sleep", calibrate=False, keep_gradients=keep)
-    x, _ = replay_batch(1)
-    pointers = []
-    for _ in range(3):
-        replay.module.zero_grad(set_to_none=True)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        replay.module(x).sum().backward()
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-        pointers.append(next(replay.module.parameters()).grad.data_ptr())
-    return faults, pointers[1] == pointers[2]
+    done = subprocess.run([sys.executable, "-c", _THIRD_BACKWARD, "kept" if keep else "fresh"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    faults, same = json.loads(done.stdout.strip().splitlines()[-1])
+    return faults, same
 
 
 def test_a_replay_worker_reuses_its_gradients_storage_so_no_step_faults_it_in_again():
