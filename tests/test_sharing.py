@@ -238,18 +238,3 @@ def test_unmeasured_sharing_gets_the_typical_sigma_only_under_the_incumbents_rul
     assert simulated_weight_sigma(0.3, NEWCOMER_SHARE_WEIGHT) == 0.3
     assert simulated_weight_sigma(0.0, NEWCOMER_SHARE_WEIGHT) == UNMEASURED_WEIGHT_SIGMA > 0
     assert simulated_weight_sigma(0.0, 1.0) == 0.0
-
-
-def test_validation_measures_the_all_reduce_to_its_grids_largest_bucket():
-    """Past the largest size measured the all-reduce curve is extrapolated; set 58's 151 and 411 MB
-    buckets lay 9-26 times past 16 MB and its predictions moved up to 11 points between rounds."""
-    from sgdscale.validation import network_bench_config
-
-    standard = network_bench_config()
-    assert "allreduce_sizes" not in standard and max(standard["sizes"]) == 16_000_000
-    config = network_bench_config(largest_bucket_bytes=411_058_176)
-    assert config["allreduce_sizes"][:len(standard["sizes"])] == standard["sizes"]
-    assert config["allreduce_sizes"][-1] == 411_058_176 and 16e6 < config["allreduce_sizes"][-2] < 411e6
-    assert nb.op_sizes(config, "p2p") == standard["sizes"]  # only the all-reduce goes further
-    assert nb.estimate_run_s(config, 4, 1e9) > nb.estimate_run_s(standard, 4, 1e9) + 4 * 411e6 * 8 / 1e9
-    assert "allreduce_sizes" not in network_bench_config(largest_bucket_bytes=17_000_000)  # within 10% of 16 MB

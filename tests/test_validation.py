@@ -256,11 +256,3 @@ def test_budget_predictions_charge_interference_to_real_compute_only(tmp_path):
     _, models = validator.nominal_models(replay)
     assert models["budget"].interference is None and models["budget"].worker_cpu_s_per_message == 0.0
     assert models["budget"].server_cpu_s_per_message > 0.0  # the shard still computes
-
-
-def test_a_grids_largest_bucket_is_its_biggest_ddp_bucket(tmp_path):
-    replays = [ModelSpec("vgg16", 8, kind="replay"), ModelSpec("gpt2", 8, kind="replay")]
-    grid = Grid(specs=replays, workers=[1, 4], bandwidths_bps=[1e9, 5e8], strategies=["allreduce", "ps-sync"])
-    assert Validator(grid, tmp_path, log=lambda _: None).largest_bucket_bytes(1e9) == 411_058_176  # fc6 alone
-    ps_only = Grid(specs=replays, workers=[4], bandwidths_bps=[1e9], strategies=["ps-sync"])
-    assert Validator(ps_only, tmp_path / "ps", log=lambda _: None).largest_bucket_bytes(1e9) == 0

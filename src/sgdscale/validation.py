@@ -224,40 +224,20 @@ def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
-def network_bench_config(ops: Sequence[str] = ("p2p", "allreduce", "incast", "outcast", "overlap"),
-                         largest_bucket_bytes: int = 0) -> dict[str, Any]:
+def network_bench_config(ops: Sequence[str] = ("p2p", "allreduce", "incast", "outcast", "overlap")) -> dict[str, Any]:
     """What `Validator.ensure_network` measures. overlap: how compute and a collective slow each other
     on these nodes (comm/interference.py); incast: how unequally flows into one node share its link
     (comm/network.py, `Sharing`), on the 1-5 MB sizes only (1.4 and 4.8 MB): bandwidth-bound, and 27%
     of the bytes of all nine sizes (benchmarks/link_sharing.py measures what it adds; sets 52 and 53
     ran 16 MB too, for a change taken back); outcast: how flows out of one node share it (`Outcast`,
-    16 MB).
-
-    allreduce also runs to `largest_bucket_bytes` (`largest_bucket_bytes` of the grid) where that is
-    beyond 16 MB, with one size between, log-spaced: past its largest size the all-reduce curve is
-    extrapolated (comm/cost.py), and set 58's buckets of 151 and 411 MB, 9-26 times past 16 MB, turned
-    the noise of the two largest sizes into predictions that moved up to 11 points between rounds while
-    the runs held within 1-2%. DDP's copy of a reduced bucket is timed on the same sizes."""
+    16 MB)."""
     from sgdscale.runtime.netbench import bench_config, message_sizes
 
     sizes = message_sizes(1e3, 16e6, 9)
     config = bench_config(sizes, repeats=5, warmup=1, ops=list(ops))
     if "incast" in ops:
         config["incast_sizes"] = [s for s in sizes if 1e6 <= s <= 5e6]
-    if "allreduce" in ops and largest_bucket_bytes > 1.1 * max(sizes):
-        config["allreduce_sizes"] = sorted(set(sizes) | set(message_sizes(max(sizes), largest_bucket_bytes, 3)))
     return config
-
-
-def largest_bucket_bytes(profile: Any, strategy: str = "allreduce") -> int:
-    """The largest gradient group one step of `profile` all-reduces under `strategy` (DDP's buckets,
-    sgdscale.grouping): a tensor bigger than the bucket cap is a bucket of its own."""
-    from sgdscale.comm import CommModel
-    from sgdscale.grouping import group_gradients
-    from sgdscale.strategy import Strategy
-
-    groups = group_gradients(profile, Strategy(kind=strategy), CommModel.from_link(1e9, 0.0), workers=2)
-    return max((group.bytes for group in groups), default=0)
 
 
 class Validator:
@@ -361,7 +341,7 @@ class Validator:
         counts = self.bench_runs()
         self.log(f"benchmarking the network at {format_bandwidth(bandwidth_bps)} for {counts} processes"
                  + (f" (round {round_index + 1})" if round_index else ""))
-        config = network_bench_config(largest_bucket_bytes=self.largest_bucket_bytes(bandwidth_bps))
+        config = network_bench_config()
         with Testbed(max(counts), bandwidth_bps, self.grid.cpu_per_node_cores,
                      pin_cpus=self.grid.pin_cpus) as testbed:
             network = run_netbench(counts, config, placement=testbed, bandwidth_hint_bps=bandwidth_bps,
@@ -374,14 +354,6 @@ class Validator:
                                                 "tcp_congestion_control": testbed.tcp_congestion_control})
         write_json_atomic(path, network.to_json())
         return path
-
-    def largest_bucket_bytes(self, bandwidth_bps: float) -> int:
-        """The largest all-reduce any all-reduce case of the grid at `bandwidth_bps` makes (0: none)."""
-        from sgdscale.profile import load_profile
-
-        specs = {case.spec for case in self.grid.cases()
-                 if case.strategy == "allreduce" and case.bandwidth_bps == bandwidth_bps and case.workers > 1}
-        return max((largest_bucket_bytes(load_profile(self.ensure_profile(spec))) for spec in specs), default=0)
 
     # ---------------------------------------------------------------- one case
     def predict_case(self, case: Case, round_index: int = 0, reference_step_s: float | None = None,

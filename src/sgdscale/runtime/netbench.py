@@ -9,8 +9,7 @@ What is measured (gloo, CPU tensors, float32 payloads):
   server); one sample is rank 0's time from the barrier until it has all (N-1)*M bytes. Many TCP
   flows converging on one shaped link reach less than one flow does, and this measures how much.
   Rank 0 also records when each sender's message completed (one waiting thread each): the spread says how unequally the flows shared the link (`sgdscale.comm.network.Sharing`).
-  `incast_sizes` in the config (default: `sizes`) runs incast on fewer sizes; `allreduce_sizes`
-  runs the all-reduce on others (validation adds its grid's largest DDP buckets).
+  `incast_sizes` in the config (default: `sizes`) runs incast on fewer sizes.
 - outcast: how flows out of one node share its link (a shard's pulls). With 3 or more processes,
   rank 0 sends M bytes (the largest size, or `outcast_bytes`) to rank 1 alone, then to ranks 1 and 2
   with the second flow starting a head start of OUTCAST_HEAD_START of the lone flow's time after the
@@ -108,9 +107,10 @@ def bench_config(sizes: Sequence[int], repeats: int, warmup: int, ops: Sequence[
 
 
 def op_sizes(config: dict[str, Any], op: str) -> list[int]:
-    """The message sizes `op` runs: `<op>_sizes` where the config has it (incast fewer, all-reduce
-    more), else `sizes`."""
-    return [int(s) for s in config.get(f"{op}_sizes") or config["sizes"]]
+    """The message sizes `op` runs (incast may run fewer: `incast_sizes`)."""
+    if op == "incast" and config.get("incast_sizes"):
+        return [int(s) for s in config["incast_sizes"]]
+    return [int(s) for s in config["sizes"]]
 
 
 def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
@@ -598,11 +598,12 @@ def copy_from_points(points: Sequence[BenchPoint]) -> AlphaBeta | None:
 def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -> float:
     """Rough upper bound on one run's wall time, for the launcher's timeout."""
     per_repeat = 0.0
-    if "p2p" in config["ops"]:
-        per_repeat += sum(2 * nbytes * 8 / bandwidth_bps + 0.01 for nbytes in op_sizes(config, "p2p"))
-    if "allreduce" in config["ops"]:
-        per_repeat += sum(2 * (workers - 1) / workers * nbytes * 8 / bandwidth_bps * 2 + 0.01 * workers
-                          for nbytes in op_sizes(config, "allreduce"))
+    for nbytes in config["sizes"]:
+        wire_s = nbytes * 8 / bandwidth_bps
+        if "p2p" in config["ops"]:
+            per_repeat += 2 * wire_s + 0.01
+        if "allreduce" in config["ops"]:
+            per_repeat += 2 * (workers - 1) / workers * wire_s * 2 + 0.01 * workers
     if "incast" in config["ops"]:
         for nbytes in op_sizes(config, "incast"):
             per_repeat += (workers - 1) * nbytes * 8 / bandwidth_bps + 0.01

@@ -120,7 +120,7 @@ class TbfParams:
     def for_rate(cls, rate_bps: float, burst_s: float | None = None, limit_s: float | None = None) -> TbfParams:
         """The settings above; `burst_s` sets the burst instead (seconds of line rate, at least two
         frames; no GSO floor, so benchmarks/tbf_cpu.py can measure what the floor is for);
-        `limit_s` the queue instead of 50 ms (benchmarks/tcp_queue_async.py)."""
+        `limit_s` the queue instead of 50 ms (benchmarks/tcp_settings_async.py)."""
         bytes_per_s = rate_bps / 8
         if burst_s is None:
             burst = max(GSO_BURST_BYTES, int(bytes_per_s * (0.25e-3 if rate_bps <= 500e6 else 1e-3)))
