@@ -354,3 +354,44 @@ def test_pinned_nodes_run_on_their_own_core_and_report_the_cpu_they_received():
     assert set(tb.available_cpus()) <= {c["cpu"] for c in report["cpus"]}
     assert all(c["softirq_cores"] >= 0 and c["system_cores"] >= 0 for c in report["cpus"])
     assert leftovers(prefix) == []
+
+
+@needs_root
+def test_a_run_over_a_full_queue_leaves_its_drops_and_retransmissions_in_the_network_report():
+    """Two senders into one node whose queue holds 1 ms: its tbf drops, their TCP retransmits, and
+    the report counts both against the right nodes; a clean transfer before leaves none."""
+    import threading
+
+    with Testbed(3, 200e6, 0.5, tbf_limit_s=0.001) as bed:
+        first = bed.network_snapshot()
+        bed.measure_bandwidth(1, 0, nbytes=2_000_000)
+        alone = bed.network_snapshot()
+        senders = [threading.Thread(target=bed.measure_bandwidth, args=(k, 0), kwargs={"port": 5300 + k})
+                   for k in (1, 2)]
+        for sender in senders:
+            sender.start()
+        for sender in senders:
+            sender.join()
+        report = bed.network_report(alone, bed.network_snapshot())
+    clean = bed.network_report(first, alone)
+    assert clean["segments_out"] > 1000 and clean["dropped_in"] == clean["dropped_out"] == 0
+    receiver, *senders_seen = report["nodes"]
+    assert receiver["dropped_in"] > 0 and all(node["dropped_in"] == 0 for node in senders_seen)
+    assert sum(node["retransmitted_segments"] for node in senders_seen) > 0
+    assert report["dropped_in"] == receiver["dropped_in"] and report["segments_out"] == sum(
+        node["segments_out"] for node in report["nodes"])
+
+
+def test_network_counters_are_read_from_the_kernels_own_formats():
+    snmp = ("Ip: Forwarding DefaultTTL\nIp: 2 64\n"
+            "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab "
+            "InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
+            "Tcp: 1 200 120000 -1 4 4 0 0 0 5000 7000 31 0 2 0\n"
+            "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes\nTcpExt: 0 3 9\n")
+    assert tb._tcp_counters(snmp) == {"segments_out": 7000, "retransmitted_segments": 31, "timeouts": 3}
+    qdiscs = ("qdisc tbf 9177: dev sgs1av1 root refcnt 3 rate 200Mbit burst 72Kb lat 50ms \n"
+              " Sent 100 bytes 2 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\n"
+              "qdisc tbf 9179: dev sgs1av10 root refcnt 3 rate 200Mbit burst 72Kb lat 50ms \n"
+              " Sent 900 bytes 9 pkt (dropped 17, overlimits 4 requeues 0) \n backlog 0b 0p requeues 0\n")
+    assert tb._qdisc_dropped(qdiscs, "sgs1av10") == 17 and tb._qdisc_dropped(qdiscs, "sgs1av1") == 0
+    assert tb._qdisc_dropped(qdiscs, "sgs1av2") == 0

@@ -97,6 +97,9 @@ def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
         assert measurement.config.workers == 2
         assert all(len(worker.iteration_s) == grid.iterations_for(case.strategy) for worker in measurement.workers)
         assert row["measured_throughput"] == pytest.approx(measurement.throughput)
+        # every node's TCP and queue counters over the window: the losses a run met are on record
+        network = measurement.environment.network
+        assert len(network["nodes"]) == case.nodes and network["segments_out"] > 0
         for method in ("fine", "coarse"):
             error = relative_error(row["predicted_throughput"][method], row["measured_throughput"])
             assert abs(error) <= BOUND, f"{row['key']} {method}: predicted {error:+.0%} off"

@@ -497,6 +497,7 @@ class Validator:
             "measured_iteration_s": measurement.iteration_s.model_dump(),
             "run_wall_s": time.time() - started,
             "cpu": measurement.environment.cpu,
+            "tcp": measurement.environment.network,  # retransmissions, timeouts and queue drops
             "network": network.name,
         }
         return self.predict_run(case, run)

@@ -193,7 +193,7 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
         f"p95 {format_seconds(stats.p95)}"
     )
     out.print(f"ran: {ran_line(config)}", highlight=False, soft_wrap=True)
-    for line in cpu_lines(measurement.environment.cpu, config.workers):
+    for line in cpu_lines(measurement.environment.cpu, config.workers) + network_lines(measurement.environment.network):
         out.print(line, highlight=False, soft_wrap=True)
     if output:
         from sgdscale.runtime.measurement import save_measurement
@@ -295,6 +295,18 @@ def cpu_lines(cpu: dict | None, workers: int) -> list[str]:
     if cpu.get("other_load_cores") is not None:
         lines.append(f"  the rest of the machine used {cpu['other_load_cores']:.2f} cores meanwhile")
     return lines
+
+
+def network_lines(network: dict | None) -> list[str]:
+    """The cluster's TCP losses over the measured window (`Testbed.network_report`): a run whose
+    flows met drops and timeouts moves less than its links carry; nothing for local runs."""
+    if not network:
+        return []
+    sent = network["segments_out"]
+    share = f" ({network['retransmitted_segments'] / sent:.2%} of {sent:,} sent)" if sent else ""
+    return [f"TCP over the measured window: {network['retransmitted_segments']:,} segments retransmitted{share}, "
+            f"{network['timeouts']} retransmission timeouts; the links' queues dropped "
+            f"{network['dropped_in'] + network['dropped_out']:,} packets"]
 
 
 def measurement_table(measurement) -> Table:

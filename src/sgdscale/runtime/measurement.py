@@ -148,6 +148,9 @@ class Environment(_Strict):
     # throttled it, its user and kernel time, each CPU's softirq time, and the CPU the rest of the
     # machine used meanwhile (Testbed.cpu_report).
     cpu: dict[str, Any] | None = None
+    # Over the same window, each node's TCP segments sent and retransmitted, retransmission timeouts
+    # and the packets its links' queues dropped, with their totals (Testbed.network_report).
+    network: dict[str, Any] | None = None
 
 
 class Measurement(_Strict):

@@ -173,12 +173,16 @@ def run_training(
         )
     total = config.warmup + config.iterations
     snapshots: list[Any] = []  # CPU accounting when the window opens and when it closes
+    network_snapshots: list[Any] = []  # the nodes' TCP and queue counters, right after
     snapshot = getattr(placement, "cpu_snapshot", None)
+    network_snapshot = getattr(placement, "network_snapshot", None)
 
     def progress(per_rank: list[int]) -> None:
         slowest = min(per_rank[: config.workers])
         if snapshot is not None and len(snapshots) < 2 and slowest >= (config.warmup, total)[len(snapshots)]:
             snapshots.append(snapshot())
+            if network_snapshot is not None:
+                network_snapshots.append(network_snapshot())
         if on_progress is not None:
             on_progress(slowest, total)
 
@@ -186,9 +190,11 @@ def run_training(
                     timeout_s=timeout_s, on_progress=progress, on_spawn=on_spawn, threads=config.threads)
     measurement = measurement_from_json(result.results[0], "rank 0's measurement")
     if len(snapshots) == 2:
-        cpu = placement.cpu_report(*snapshots)
+        update = {"cpu": placement.cpu_report(*snapshots)}
+        if len(network_snapshots) == 2:
+            update["network"] = placement.network_report(*network_snapshots)
         measurement = measurement.model_copy(
-            update={"environment": measurement.environment.model_copy(update={"cpu": cpu})})
+            update={"environment": measurement.environment.model_copy(update=update)})
     return measurement
 
 
