@@ -298,8 +298,8 @@ def cpu_lines(cpu: dict | None, workers: int) -> list[str]:
 
 
 def network_lines(network: dict | None) -> list[str]:
-    """The cluster's TCP losses over the measured window (`Testbed.network_report`): a run whose
-    flows met drops and timeouts moves less than its links carry; nothing for local runs."""
+    """The cluster's TCP losses over the measured window (`Testbed.network_report`), the evidence a
+    run whose flows lost packets leaves; nothing for local runs."""
     if not network:
         return []
     sent = network["segments_out"]

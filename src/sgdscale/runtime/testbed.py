@@ -704,10 +704,10 @@ class Testbed:
         return out
 
     def network_report(self, before: list[dict[str, int]], after: list[dict[str, int]]) -> dict[str, Any]:
-        """What each node's TCP and queues did between two snapshots: a run whose pushes met drops
-        and retransmission timeouts moves less than its link carries (set 57's gpt2 with 10 async
-        workers: 24.6 samples/s with 4 drops into the shard, 29.8 with none;
-        benchmarks/results/shard_link_use-gpt2-async-w10-680Mbit.md)."""
+        """What each node's TCP and queues did between two snapshots, so a slow run can be checked for
+        losses (on set 57's 10-worker async PS case they were not what made the slow runs slow: 82-216
+        of 13 million segments retransmitted, no timeouts, the fewest in the slowest run;
+        benchmarks/results/shard_link_use-gpt2-async-w10-680Mbit-losses.md)."""
         nodes = [{"node": k, **{key: after[k][key] - before[k][key] for key in after[k]}}
                  for k in range(min(len(before), len(after)))]
         totals = {key: sum(node[key] for node in nodes) for key in NETWORK_COUNTERS}
