@@ -358,28 +358,25 @@ def test_pinned_nodes_run_on_their_own_core_and_report_the_cpu_they_received():
 
 @needs_root
 def test_a_run_over_a_full_queue_leaves_its_drops_and_retransmissions_in_the_network_report():
-    """Two senders into one node whose queue holds 1 ms: its tbf drops, their TCP retransmits, and
-    the report counts both against the right nodes; a clean transfer before leaves none."""
+    """Two senders into one node whose queue holds 1 ms: the tbf in front of it drops, the senders
+    retransmit, and the report counts each against the right node (the senders receive only ACKs)."""
     import threading
 
     with Testbed(3, 200e6, 0.5, tbf_limit_s=0.001) as bed:
-        first = bed.network_snapshot()
-        bed.measure_bandwidth(1, 0, nbytes=2_000_000)
-        alone = bed.network_snapshot()
+        before = bed.network_snapshot()
         senders = [threading.Thread(target=bed.measure_bandwidth, args=(k, 0), kwargs={"port": 5300 + k})
                    for k in (1, 2)]
         for sender in senders:
             sender.start()
         for sender in senders:
             sender.join()
-        report = bed.network_report(alone, bed.network_snapshot())
-    clean = bed.network_report(first, alone)
-    assert clean["segments_out"] > 1000 and clean["dropped_in"] == clean["dropped_out"] == 0
+        report = bed.network_report(before, bed.network_snapshot())
     receiver, *senders_seen = report["nodes"]
     assert receiver["dropped_in"] > 0 and all(node["dropped_in"] == 0 for node in senders_seen)
+    assert all(node["segments_out"] > 10_000 for node in senders_seen)  # 37.5 MB each (1.5 s of the link)
     assert sum(node["retransmitted_segments"] for node in senders_seen) > 0
-    assert report["dropped_in"] == receiver["dropped_in"] and report["segments_out"] == sum(
-        node["segments_out"] for node in report["nodes"])
+    for key in ("segments_out", "retransmitted_segments", "timeouts", "dropped_in", "dropped_out"):
+        assert report[key] == sum(node[key] for node in report["nodes"])
 
 
 def test_network_counters_are_read_from_the_kernels_own_formats():
