@@ -352,8 +352,8 @@ def _tcp_counters(text: str) -> dict[str, int]:
     lines = text.splitlines()
     for header, values in zip(lines, lines[1:]):
         names, numbers = header.split(), values.split()
-        if names[:1] != numbers[:1] or names[0] not in ("Tcp:", "TcpExt:") or numbers[1:2] == names[1:2]:
-            continue
+        if names[0] not in ("Tcp:", "TcpExt:") or numbers[:1] != names[:1] or not numbers[-1].lstrip("-").isdigit():
+            continue  # not a header followed by its values
         found.update({f"{names[0]}{n}": int(v) for n, v in zip(names[1:], numbers[1:]) if v.lstrip("-").isdigit()})
     return {"segments_out": found.get("Tcp:OutSegs", 0), "retransmitted_segments": found.get("Tcp:RetransSegs", 0),
             "timeouts": found.get("TcpExt:TCPTimeouts", 0)}
@@ -708,8 +708,8 @@ class Testbed:
         losses (on set 57's 10-worker async PS case they were not what made the slow runs slow: 82-216
         of 13 million segments retransmitted, no timeouts, the fewest in the slowest run;
         benchmarks/results/shard_link_use-gpt2-async-w10-680Mbit-losses.md)."""
-        nodes = [{"node": k, **{key: after[k][key] - before[k][key] for key in after[k]}}
-                 for k in range(min(len(before), len(after)))]
+        nodes = [{"node": k, **{key: now[key] - then[key] for key in now}}
+                 for k, (then, now) in enumerate(zip(before, after))]
         totals = {key: sum(node[key] for node in nodes) for key in NETWORK_COUNTERS}
         return {"nodes": nodes, **totals}
 
