@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -330,3 +332,12 @@ def test_a_number_in_a_sweep_spec_is_bit_per_second(tmp_path, capsys):
 def test_validate_refuses_a_negative_min_window(capsys):
     assert "--min-window must be 0 or more seconds" in clean_error(capsys, "validate", "--models", "mlp",
                                                                   "--min-window", "-1")
+
+
+def test_python_dash_m_sgdscale_exits_as_the_script_does():
+    """`python -m sgdscale` (as the benchmarks call it) returns the CLI's status, not 0 after an error."""
+    proc = subprocess.run([sys.executable, "-m", "sgdscale", "predict", "vgg16", "--collectives-at-once", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("error: collectives at once must be a whole number >= 1")
+    assert "Traceback" not in proc.stderr

@@ -1,5 +1,7 @@
-"""`python -m sgdscale ...`: the same command line as the `sgdscale` script."""
+"""`python -m sgdscale ...`: the same command line, and the same exit status, as the `sgdscale` script."""
+
+import sys
 
 from sgdscale.cli import main
 
-main()
+sys.exit(main())

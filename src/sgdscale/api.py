@@ -43,7 +43,7 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
             intra_latency: str | float | None = None, cluster: str | None = None,
             compute_scale: Sequence[float] | str | None = None, slow_links: Sequence[str] = (),
             cpu_per_node: float | None = None, interference: bool = True, framing: str | None = None,
-            mtu: int | None = None) -> dict[str, Any]:
+            mtu: int | None = None, collectives_at_once: int | None = None) -> dict[str, Any]:
     """Predict throughput, speedup and bottleneck for `profile` (a profile file or a built-in name).
 
     Options mean what `sgdscale predict --help` says (`ps` is `--ps`, `cluster` is `--cluster`,
@@ -66,7 +66,8 @@ def predict(profile: str, *, workers: int | Sequence[int] | str | None = None, b
     if compute_scale is not None and not isinstance(compute_scale, str):
         compute_scale = ",".join(repr(float(s)) for s in compute_scale)
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
-                    placement=placement, allreduce=allreduce, ps_placement=ps_placement)
+                    placement=placement, allreduce=allreduce, ps_placement=ps_placement,
+                    collectives_at_once=collectives_at_once)
     counts, resolved, comm, _notes = resolve_cluster(
         workers=_counts(workers), nodes=_counts(nodes), gpus_per_node=gpus_per_node,
         intra_bandwidth=_number(intra_bandwidth, "bit"), intra_latency=_number(intra_latency, "s"),

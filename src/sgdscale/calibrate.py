@@ -46,9 +46,12 @@ def _note(data: dict[str, Any], entry: dict[str, Any]) -> None:
     data.setdefault("provenance", {}).setdefault("calibration", []).append(entry)
 
 
-def to_step_time(profile: Profile, step_s: float, batch_size: int | None = None) -> Profile:
+def to_step_time(profile: Profile, step_s: float, batch_size: int | None = None, *,
+                 same_device: bool = False) -> Profile:
     """Scale every compute time by one factor so that one step (data + forward + backward +
-    optimizer, the predictors' one-worker step) takes `step_s`; optionally at a new batch size."""
+    optimizer, the predictors' one-worker step) takes `step_s`; optionally at a new batch size.
+    `same_device`: the speed is the profiled device's own (validation's run speed), not another
+    device's, so what follows from the device (gloo's threads on a CPU, `comm.streams`) stays."""
     if not step_s > 0:
         raise UserError(f"the target step time must be positive, got {step_s:g} s")
     if batch_size is not None and batch_size < 1:
@@ -73,7 +76,7 @@ def to_step_time(profile: Profile, step_s: float, batch_size: int | None = None)
                     layer[key] *= grow
         data["batch_size"] = batch_size
     _note(data, {"kind": "step_time", "factor": factor, "step_s": step_s, "batch_size": data["batch_size"],
-                 "compute_s_before": profile.compute_s})
+                 "compute_s_before": profile.compute_s, **({"same_device": True} if same_device else {})})
     return profile_from_json(data, "calibrated profile")
 
 

@@ -28,7 +28,9 @@ class Strategy:
     devices, hierarchical, tree across nodes, or auto = the cheapest per message, as NCCL picks);
     `algorithm` is the algorithm of a flat collective and of the inter-node step of a hierarchical
     one. `ps_placement`: dedicated server nodes, or one server per worker node (colocated,
-    BytePS-style). `sgdscale.comm.topology` has the cost of each.
+    BytePS-style). `sgdscale.comm.topology` has the cost of each. `collectives_at_once`: how many
+    all-reduces of a worker share the link at once; None is the library's own (gloo's two threads for a
+    CPU profile, NCCL's one stream otherwise; `sgdscale.comm.streams`).
     """
 
     kind: str = "allreduce"
@@ -39,6 +41,7 @@ class Strategy:
     placement: str = "round-robin"
     allreduce: str = "flat"
     ps_placement: str = "dedicated"
+    collectives_at_once: int | None = None
 
     def __post_init__(self) -> None:
         if self.grouping is None:
@@ -55,6 +58,11 @@ class Strategy:
                 raise UserError(f"unknown {what} '{value}'; choose one of: {', '.join(allowed)}")
         if not self.bucket_bytes > 0 or not self.first_bucket_bytes > 0:
             raise UserError("bucket sizes must be positive (e.g. --bucket-mb 25)")
+        if self.collectives_at_once is not None and (isinstance(self.collectives_at_once, bool)
+                                                     or not isinstance(self.collectives_at_once, int)
+                                                     or self.collectives_at_once < 1):
+            raise UserError(f"collectives at once must be a whole number >= 1 (e.g. --collectives-at-once 1), "
+                            f"got {self.collectives_at_once!r}")
 
     @property
     def synchronous(self) -> bool:

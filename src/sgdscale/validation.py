@@ -204,7 +204,7 @@ def at_run_speed(profile: Any, reference_step_s: float) -> Any:
         plain_s = profile.compute_s - profile.step.data_s
     if not plain_s > 0:
         return profile
-    return to_step_time(profile, profile.compute_s * reference_step_s / plain_s)
+    return to_step_time(profile, profile.compute_s * reference_step_s / plain_s, same_device=True)
 
 
 def summarize(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

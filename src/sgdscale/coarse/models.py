@@ -23,6 +23,7 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm.streams import collectives_at_once, shared_schedule_s
 from sgdscale.comm.interference import compute_while_sending, interference_of, overlap_end_s, ps_compute_slowdown
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
@@ -41,7 +42,7 @@ def _variable(profile: Profile, variability: bool) -> bool:
 
 
 def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, groups, comm_s,
-                        interference=None, copy_back_s=None) -> float:
+                        interference=None, copy_back_s=None, slots: int = 1) -> float:
     """The WFBP recurrence (see `heuristics`) with each group's E[max] over workers.
 
     Communication ends at max_g (E[max_w head_g,w] + sum_{h>=g} c_h), where head_g,w is worker w's
@@ -51,20 +52,28 @@ def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, g
     active `interference` each term is a two-body overlap (`comm.interference.overlap_end_s`) and the
     result also holds what the slowed backward adds. `copy_back_s`: DDP's copies back from each group
     on (`bucket_copies.copy_back_suffix_s`), done after backward and each after its group's collective.
+    `slots` collectives at once share the link (`comm.streams`): the last still ends where one stream
+    ends it, but which group ends last, and so which copies come after it, moves.
     """
     if not groups:
         return 0.0
     heads, pre = head_max_means(profile, cluster, variability, groups)  # pre: E[max_w pre_w], summed alike
     copies = np.zeros(len(groups)) if copy_back_s is None else np.asarray(copy_back_s)
-    if interference is not None:
-        # compute and communication slow each other while they overlap (comm.interference)
-        end = overlap_end_s(heads, pre, comm_s, interference)
-        return max(end + copies[-1], pre + copies[0]) - pre
     ends, end = [], float("-inf")
     for head, comm in zip(heads, comm_s):  # each group's collective ends (one stream, launch order)
         end = max(end, head) + comm
         ends.append(end)
-    return max(0.0, float(finalized_s(pre, np.asarray(ends), copies)) - pre)
+    comm = np.asarray(comm_s, dtype=float)
+    ends = np.asarray(ends)
+    if slots > 1:
+        ends = shared_schedule_s(np.asarray(heads, dtype=float), ends - comm, ends, comm, slots)[1]
+    if interference is not None:
+        # compute and communication slow each other while they overlap (comm.interference); the copies
+        # after the last collective are those the schedule without interference leaves there
+        end = overlap_end_s(heads, pre, comm_s, interference)
+        tail = float(np.max(ends + copies)) - float(np.max(ends)) if slots > 1 else copies[-1]
+        return max(end + tail, pre + copies[0]) - pre
+    return max(0.0, float(finalized_s(pre, ends, copies)) - pre)
 
 
 def _pull_receive_tail_s(profile: Profile, cluster: Cluster, strategy: Strategy, topology: Topology,
@@ -104,7 +113,8 @@ def solve_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, comm
     if heuristics:
         exposed = _backward_exposed_s(profile, cluster, variability, groups, comm_s,
                                       interference_of(comm) if n > 1 else None,
-                                      copy_back_suffix_s(sizes, copy_back_s_per_byte))
+                                      copy_back_suffix_s(sizes, copy_back_s_per_byte),
+                                      collectives_at_once(profile, strategy.collectives_at_once) if n > 1 else 1)
     else:
         exposed = total_comm
     exposed += buffer_broadcast_s(profile, strategy.grouping, topology)  # DDP's, before every forward: overlaps nothing

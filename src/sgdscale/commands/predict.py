@@ -191,6 +191,9 @@ def resolve_cluster(*, workers: str | None, nodes: str | None, gpus_per_node: in
                    "(inside, across nodes, inside), tree (across nodes) or auto (cheapest per message, as NCCL).")
 @click.option("--ps-placement", default="dedicated", show_default=True,
               help="Parameter servers on dedicated nodes, or colocated: one per worker node (BytePS-style).")
+@click.option("--collectives-at-once", type=int, default=None, metavar="N",
+              help="All-reduces of a worker that share the link at once: 2 as gloo runs them (two threads), "
+                   "1 as NCCL does (one stream). [default: 2 for a profile measured on a CPU, else 1]")
 @click.option("--method", default="both", show_default=True, help="fine (simulation), coarse (queueing model) or both.")
 @click.option("--iterations", type=int, default=100, show_default=True, help="Simulated steps reported.")
 @click.option("--warmup", type=int, default=10, show_default=True, help="Simulated steps discarded first.")
@@ -220,7 +223,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
                     intra_bandwidth: str | None, intra_latency: str | None, cluster_file: str | None,
                     bandwidth: str | None, latency: str | None, framing: str | None, mtu: int | None,
                     ps_count: int, ps_bandwidth: str | None, placement: str, grouping: str | None, bucket_mb: float,
-                    algorithm: str, allreduce_scheme: str, ps_placement: str, method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
+                    algorithm: str, allreduce_scheme: str, ps_placement: str, collectives_at_once: int | None,
+                    method: str, iterations: int, warmup: int, seed: int, no_variability: bool,
                     network_file: str | None, cpu_per_node: float | None, no_interference: bool,
                     compute_scale: str | None, slow_links: tuple[str, ...],
                     json_path: str | None, plot_path: str | None, trace_path: str | None,
@@ -265,7 +269,8 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
     if trace_path and "fine" not in methods:
         raise UserError("--trace draws the fine method's simulated timeline; add --method fine (or both)")
     plan = Strategy(kind=strategy, grouping=grouping, bucket_bytes=bucket_mb * MIB, algorithm=algorithm,
-                    placement=placement, allreduce=allreduce_scheme, ps_placement=ps_placement)
+                    placement=placement, allreduce=allreduce_scheme, ps_placement=ps_placement,
+                    collectives_at_once=collectives_at_once)
 
     counts, cluster, comm, notes = resolve_cluster(
         workers=workers, nodes=nodes, gpus_per_node=gpus_per_node, intra_bandwidth=intra_bandwidth,
@@ -288,6 +293,9 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         from sgdscale.bucket_copies import buffers_note, copies_note, ddp_overhead_note
 
         notes.append(copies_note(loaded, comm.copy_s_per_byte))
+        from sgdscale.comm.streams import streams_note
+
+        notes.append(streams_note(loaded, plan.collectives_at_once))
         notes.append(buffers_note(loaded))
         overhead = ddp_overhead_note(loaded)
         if overhead:

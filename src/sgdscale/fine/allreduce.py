@@ -29,6 +29,12 @@ Heterogeneity: per-worker speed factors and per-iteration variability come from
 `ComputeSampler`. Collective costs come from the topology (`sgdscale.comm.topology`): per level
 (intra-node link, NIC) and scheme; a slow NIC paces the whole collective (lock step).
 
+Several collectives at once (comm.streams): gloo runs two of a worker's collectives at a time, sharing
+the link. The one-stream schedule above gives the link's busy periods and pace; `shared_schedule_s`
+re-times each collective within them as a processor-sharing queue (the last still ends where one
+stream ends it), so the bucket that ends last, and with it DDP's copies after the last collective, can
+be an early, large one. O(groups) per iteration; with one slot (NCCL) nothing changes.
+
 Interference (comm.interference): with a model whose slowdowns are not 1, the collectives that overlap
 backward slow it and are slowed by it; `stream_with_interference` turns the no-interference ready
 times into the real starts, ends and backward ends (exact for that model, docs/interference.md).
@@ -50,6 +56,7 @@ from sgdscale.bucket_copies import buffer_broadcast_s, copy_back_suffix_s, ddp_c
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
+from sgdscale.comm.streams import collectives_at_once, shared_schedule_s
 from sgdscale.comm.topology import Topology
 from sgdscale.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, backward_done_s, group_gradients, ready_offsets_s
@@ -79,6 +86,7 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
     copy_back = copy_back_suffix_s([g.bytes for g in groups], copy_back_s_per_byte)
     broadcast_s = buffer_broadcast_s(profile, strategy.grouping, topology)  # DDP's, before every forward
     interference = interference_of(comm) if workers > 1 else None
+    slots = collectives_at_once(profile, strategy.collectives_at_once) if workers > 1 else 1
     sampler = ComputeSampler(profile, cluster, seed=seed, variability=variability)
     tables = _RowTables(sampler, groups)
     n_groups = len(groups)
@@ -139,10 +147,13 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
                 comm_start, comm_ends, backward_end = stream_with_interference(ready, costs, backward_end,
                                                                                interference)
                 bwd = backward_end - backward_start
-            comm_end = float(comm_ends[-1])
+            lanes = None
+            if slots > 1:  # gloo's threads: collectives share the link (comm.streams)
+                comm_start, comm_ends, lanes = shared_schedule_s(ready, comm_start, comm_ends, costs, slots)
+            comm_end = float(comm_ends.max())
             step_end = finalized_s(backward_end, comm_ends, copy_back) + opt  # DDP's copies back, if any
         else:
-            comm_start, comm_end = np.zeros(0), float("-inf")
+            comm_start, comm_end, lanes = np.zeros(0), float("-inf"), None
             step_end = backward_end + opt
         cluster_end = float(step_end.max())
         if k >= warmup:
@@ -151,10 +162,11 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
             compute[i] = float(np.mean(pre + fwd + bwd + opt))
             exposed[i] = max(comm_end - float(backward_end.max()), 0.0) + broadcast_s
             if events is not None and i < spec.iterations:
-                durations = costs if interference is None else comm_ends - comm_start
+                durations = costs if interference is None and lanes is None else comm_ends - comm_start
                 _record(events, profile, sampler, groups, durations, rows, trace_workers, identical, start,
                         backward_end, comm_start, comm_end, step_end, k, stretch_backward=interference is not None,
-                        max_events=max_events, alike_label=not spec.all_workers, forward_start=forward_start)
+                        max_events=max_events, alike_label=not spec.all_workers, forward_start=forward_start,
+                        lanes=lanes)
         previous_end = cluster_end
         start = step_end
 
@@ -215,13 +227,15 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
             costs: np.ndarray, rows: np.ndarray, trace_workers: list[int], identical: bool, start: np.ndarray,
             backward_end: np.ndarray, comm_start: np.ndarray, comm_end: float, step_end: np.ndarray,
             iteration: int, stretch_backward: bool = False, max_events: int = TIMELINE_MAX_EVENTS,
-            alike_label: bool = True, forward_start: np.ndarray | None = None) -> None:
+            alike_label: bool = True, forward_start: np.ndarray | None = None,
+            lanes: np.ndarray | None = None) -> None:
     """Append one iteration of the traced workers and the communication stream (capped).
 
     Identical workers are simulated as one: with `alike_label` it is drawn once as "worker 0 (all N
     alike)", else once per traced worker (a side-by-side with a real run wants every worker).
     `stretch_backward`: backward ran slower under interference; its layers are drawn stretched evenly
-    to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer)."""
+    to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer).
+    `lanes`: the thread each collective ran on where several share the link (one track each)."""
     if len(events) >= max_events:
         return
     names = [layer.name for layer in profile.layers]
@@ -261,6 +275,7 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
     for index, group in enumerate(groups):
         if costs[index] <= 0:
             continue
+        track = "all-reduce stream" if lanes is None else f"all-reduce thread {int(lanes[index]) + 1}"
         events.append(TraceEvent(f"all-reduce {format_bytes(group.bytes)}", float(comm_start[index]),
-                                 float(costs[index]), "network", "all-reduce stream",
+                                 float(costs[index]), "network", track,
                                  {"iteration": iteration, "bytes": group.bytes, "tensors": len(group.tensors)}))
