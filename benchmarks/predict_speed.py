@@ -155,6 +155,13 @@ def main() -> int:
     for iterations in (10, 100, 1000):
         rows["iterations"].append(timed(resnet, 1024, Strategy(grouping="per-tensor"), iterations))
         print("iterations", iterations, f"{rows['iterations'][-1]['best_s']:.4f} s", flush=True)
+    rows["streams"] = []  # what gloo's two collective threads (sgdscale.comm.streams) cost, in the same run
+    for grouping in ("buckets", "per-tensor"):
+        for workers in (4, 1024):
+            for slots in (1, 2):
+                row = timed(resnet, workers, Strategy(grouping=grouping, collectives_at_once=slots), 100)
+                rows["streams"].append({**row, "collectives_at_once": slots})
+                print("streams", grouping, workers, slots, f"{row['best_s']:.4f} s", flush=True)
     des_error = None
     for kind in ("ps-async", "ps-sync"):
         for shards in (1, 2):
@@ -214,6 +221,16 @@ def markdown(rows: dict[str, list[dict]], environment: dict, des_error: str | No
     out += table(rows["layers"], "layers", "layers")
     out += ["", "## Iterations (resnet50, per-tensor grouping, 1,024 workers)", ""]
     out += table(rows["iterations"], "iterations", "iterations")
+    if rows.get("streams"):
+        out += ["", "## One stream or gloo's two threads (resnet50, 100 iterations + 10 warm-up; the same run)", "",
+                "Two all-reduces at once (`sgdscale.comm.streams`, the default for a CPU profile) re-time each "
+                "iteration's collectives in a Python loop wherever one is ready while another runs; "
+                "`collectives_at_once=1` is one stream (NCCL's).", "",
+                "| grouping | workers | one stream: CPU (best) | two threads: CPU (best) |", "|---|---:|---:|---:|"]
+        by_key = {(r["grouping"], r["workers"], r["collectives_at_once"]): min(r["cpu_s"]) for r in rows["streams"]}
+        for grouping, workers in dict.fromkeys((g, w) for g, w, _ in by_key):
+            out.append(f"| {grouping} | {workers} | {by_key[grouping, workers, 1] * 1e3:.1f} ms | "
+                       f"{by_key[grouping, workers, 2] * 1e3:.1f} ms |")
     out += ["", "## Parameter-server simulation, exact (resnet50, 64 workers, 100 iterations + 10 warm-up)", ""]
     if rows["des"]:
         out += ["| strategy | shards | grouping | workers | iterations | time | CPU |", "|---|---:|---|---:|---:|---:|---:|"]
