@@ -1,4 +1,4 @@
-"""Which CPU charge makes a PS prediction what it is, on the kept real runs of earlier sets (fine).
+"""Which CPU charge makes a PS prediction what it is, on the kept runs of earlier sets (fine or coarse).
 
 The PS methods charge CPU in four places: the shard's per byte moved (`server_cpu_s_per_byte`),
 per message at shard and worker (`sgdscale.message_cpu`), and a worker's backward slowed while its
@@ -7,7 +7,7 @@ the model stands and with each of them removed in turn (and all of them), to sho
 carries a miss. A diagnosis, not a change: nothing here is a model anyone should use.
 
     .venv/bin/python benchmarks/ps_cpu_ablation.py [--sets heldout36,heldout37] [--kind real|replay|all]
-        [--output NAME]
+        [--method fine|coarse] [--output NAME]
 
 Raw output: benchmarks/results/ps_cpu_ablation.md (or --output NAME).
 """
@@ -47,13 +47,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", default="heldout36,heldout37")
     parser.add_argument("--kind", default="real", choices=("real", "replay", "all"))
+    parser.add_argument("--method", default="fine", choices=("fine", "coarse"))
     parser.add_argument("--output", default="ps_cpu_ablation")
     args = parser.parse_args(argv)
     variants = [(name, name, without(fields)) for name, fields in ABLATIONS.items()]
-    text = variant_table(argv, "ps_cpu_ablation.py", "Which CPU charge carries a PS miss (fine)",
+    text = variant_table(argv, "ps_cpu_ablation.py", f"Which CPU charge carries a PS miss ({args.method})",
                          f"Error of the median prediction against the median measurement, per PS case ({args.kind}), "
                          "as the model stands and with each CPU charge removed.", args.sets.split(","),
-                         {"ps-sync", "ps-async"}, variants, method="fine", kind=args.kind)
+                         {"ps-sync", "ps-async"}, variants, method=args.method, kind=args.kind)
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 
