@@ -78,11 +78,12 @@ def last_collective(by: dict, names: dict) -> list[str]:
     """All-reduce: when each iteration's last collective began after the step began, and how long the
     step went on after it ended (worker 0 measured; the predicted stream against worker 0 predicted)."""
     out = []
-    for side, process, row in (("measured", "worker 0 · measured", "all-reduce"),
-                               ("predicted", "network · predicted", "all-reduce stream")):
+    for side, process, rows in (("measured", "worker 0 · measured", ("all-reduce",)),
+                                ("predicted", "network · predicted",  # one stream, or gloo's threads
+                                 ("all-reduce stream", "all-reduce thread 1", "all-reduce thread 2"))):
         steps = {e["args"]["iteration"]: e for e in by.get((f"worker 0 · {side}", "step"), [])}
         last: dict[int, dict] = {}
-        for e in by.get((process, row), []):
+        for e in (e for row in rows for e in by.get((process, row), [])):
             k = e["args"]["iteration"]
             if k not in last or e["ts"] > last[k]["ts"]:
                 last[k] = e

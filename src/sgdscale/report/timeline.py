@@ -19,7 +19,7 @@ steady-state iterations, renumbered from 0 and starting at time 0, with the same
 
 Side by side (`side_by_side`): both, each process named "worker 0 · measured", "worker 0 ·
 predicted", ..., ordered so each worker's pair is adjacent (then servers, then the predicted
-all-reduce stream). Both start at 0, so iteration k of a worker is the k-th slice of both `step` rows
+all-reduces: one stream, or a track per gloo thread). Both start at 0, so iteration k of a worker is the k-th slice of both `step` rows
 and any drift between them is the prediction's error accumulating.
 """
 
