@@ -23,8 +23,8 @@ from sgdscale.coarse.phases import (
     worker_scales,
 )
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.streams import collectives_at_once, shared_schedule_s
 from sgdscale.comm.interference import compute_while_sending, interference_of, overlap_end_s, ps_compute_slowdown
+from sgdscale.comm.streams import collectives_at_once, shared_schedule_s
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
 from sgdscale import message_cpu
@@ -63,10 +63,9 @@ def _backward_exposed_s(profile: Profile, cluster: Cluster, variability: bool, g
     for head, comm in zip(heads, comm_s):  # each group's collective ends (one stream, launch order)
         end = max(end, head) + comm
         ends.append(end)
-    comm = np.asarray(comm_s, dtype=float)
-    ends = np.asarray(ends)
+    costs, ends = np.asarray(comm_s, dtype=float), np.asarray(ends)
     if slots > 1:
-        ends = shared_schedule_s(np.asarray(heads, dtype=float), ends - comm, ends, comm, slots)[1]
+        ends = shared_schedule_s(np.asarray(heads, dtype=float), ends - costs, ends, costs, slots)[1]
     if interference is not None:
         # compute and communication slow each other while they overlap (comm.interference); the copies
         # after the last collective are those the schedule without interference leaves there
