@@ -113,7 +113,8 @@ def error_summary(named_errors: dict[str, list[float]]) -> list[str]:
 
 def current(validator: Validator, case, round_index: int, methods: list[str],
             reference_step_s: float | None = None) -> dict[str, float]:
-    """The current predictions of one run (measured network file; nominal figures; "-run-speed": the
+    """The current predictions of one run (measured network file; nominal figures, "-budget" with the
+    grid's CPU budget too; "-run-speed": the
     measured network file and the profile at the run's own compute reference), as predict_case."""
     profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index)
     out: dict[str, float] = {}
@@ -126,16 +127,18 @@ def current(validator: Validator, case, round_index: int, methods: list[str],
                          iterations=validator.predict_iterations, variability=variability)
         out.update({f"{r.method}-run-speed": r.throughput for r in result.results})
     rest = [m for m in methods if m not in at_speed]
-    base = sorted({m.removesuffix("-nominal") for m in rest})
-    if any(not m.endswith("-nominal") for m in rest):
+    base = sorted({m for m in rest if not m.endswith(("-nominal", "-budget"))})
+    if base:
         result = predict(profile, cluster, strategy, comm, [case.workers], methods=tuple(base),
                          iterations=validator.predict_iterations, variability=variability)
         out.update({r.method: r.throughput for r in result.results})
-    if any(m.endswith("-nominal") for m in rest):
-        nominal_cluster, models = validator.nominal_models(case)
-        result = predict(profile, nominal_cluster, strategy, models["nominal"], [case.workers], methods=tuple(base),
-                         iterations=validator.predict_iterations, variability=variability)
-        out.update({f"{r.method}-nominal": r.throughput for r in result.results})
+    for label in ("nominal", "budget"):  # nominal figures, and those with the grid's CPU budget
+        if any(m.endswith(f"-{label}") for m in rest):
+            nominal_cluster, models = validator.nominal_models(case)
+            result = predict(profile, nominal_cluster, strategy, models[label], [case.workers],
+                             methods=tuple(sorted({m.removesuffix(f"-{label}") for m in rest if m.endswith(f"-{label}")})),
+                             iterations=validator.predict_iterations, variability=variability)
+            out.update({f"{r.method}-{label}": r.throughput for r in result.results})
     return {m: out[m] for m in methods}
 
 
