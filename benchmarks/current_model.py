@@ -34,15 +34,15 @@ TARGETS = {"fine": (0.03, 0.08), "coarse": (0.06, None)}  # (median, max) of the
 # Per strategy, the held-out sets run on the current predictors (see the module docstring), and the
 # first set whose nominal and budget columns are today's too:
 # - all-reduce: both all-reduce models changed before set 61 (gloo's two collective threads,
-#   `sgdscale.comm.streams`); sets 61, 62 and 64 ran with it.
+#   `sgdscale.comm.streams`); sets 61, 62, 64 and 65 ran with it.
 # - parameter servers: the fine and coarse PS predictors given a network file have not changed since
 #   set 39 was run (held out for pulls received as they arrive, not kept); sets 52 and 53 ran with a
 #   sharing sigma taken at the bursts' size, taken back after set 53, so they are left out. Nominal
 #   rates count framing since set 44; the budget path's interference since set 48. Set 49 was held out
 #   for other typical CPU figures in the budget path (not kept): its budget columns are not today's.
-# - set 64 (two server shards; all-reduce with 7 workers) ran with no predictor change.
+# - sets 64 (two server shards; all-reduce with 7 workers) and 65 (all-reduce) ran with no predictor change.
 CURRENT = {
-    "allreduce": {"sets": (61, 62, 64), "nominal_from": 61, "budget_from": 61},
+    "allreduce": {"sets": (61, 62, 64, 65), "nominal_from": 61, "budget_from": 61},
     "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64), "nominal_from": 44,
                 "budget_from": 48, "budget_except": (49,)},
     "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64), "nominal_from": 44,
