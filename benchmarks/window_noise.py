@@ -28,6 +28,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from sgdscale.runtime.measurement import common_window, measurement_from_json, window_throughput
+
 HERE = Path(__file__).resolve().parent
 PARTS = 3
 EXPECTED_RANGE_OF_3 = 1.693  # E[max - min] of 3 standard normal draws
@@ -36,19 +38,13 @@ F_CRITICAL_2_6 = 5.14  # 95th percentile of F(2, 6)
 
 def part_rates(measurement: dict, parts: int = PARTS) -> tuple[float, list[float]]:
     """The window's throughput (samples/s while every worker was in its measured steps, as the
-    runtime scores a run: `sgdscale.runtime.measurement.window_throughput`) and that of each of
-    `parts` equal time slices of it, every step counted by the share of its duration inside."""
-    batch = measurement["config"]["batch_size"]
-    workers = [[(s, s + d) for s, d in zip(w["iteration_start_s"], w["iteration_s"]) if d > 0]
-               for w in measurement["workers"]]
-    lo, hi = max(steps[0][0] for steps in workers), min(steps[-1][1] for steps in workers)
-
-    def rate(a: float, b: float) -> float:
-        done = sum(max(0.0, min(e, b) - max(s, a)) / (e - s) for steps in workers for s, e in steps)
-        return done * batch / (b - a)
-
+    runtime scores a run) and that of each of `parts` equal time slices of it, counted the same way."""
+    run = measurement_from_json(measurement)
+    batch = run.config.batch_size
+    lo, hi = common_window(run.workers)
     edges = [lo + (hi - lo) * i / parts for i in range(parts + 1)]
-    return rate(lo, hi), [rate(a, b) for a, b in zip(edges, edges[1:])]
+    return (window_throughput(run.workers, batch),
+            [window_throughput(run.workers, batch, window=(a, b)) for a, b in zip(edges, edges[1:])])
 
 
 def order_persistence(measurement: dict) -> float | None:

@@ -69,6 +69,10 @@ def test_window_throughput_sync_and_async_tail():
     slow = WorkerRecord(rank=0, iteration_start_s=[0.0, 1.0, 2.0, 3.0], iteration_s=[1.0] * 4)
     # window [0, 2]: fast does 4 iterations (40 samples), slow 2 (20 samples) -> 30 samples/s
     assert window_throughput([slow, fast], 10) == pytest.approx(30.0)
+    # a part of the window: [0.5, 1.5] holds 2 fast iterations (20 samples) and 1 slow (10 samples)
+    assert window_throughput([slow, fast], 10, window=(0.5, 1.5)) == pytest.approx(30.0)
+    # [0, 0.25]: a quarter of the first slow (2.5 samples) and half of the first fast (5 samples)
+    assert window_throughput([slow, fast], 10, window=(0.0, 0.25)) == pytest.approx(30.0)
 
 
 def test_measurement_is_frozen():

@@ -194,9 +194,11 @@ def common_window(workers: list[WorkerRecord]) -> tuple[float, float]:
             min(w.iteration_start_s[-1] + w.iteration_s[-1] for w in workers))
 
 
-def window_throughput(workers: list[WorkerRecord], batch_size: int) -> float:
-    """Samples/s while every worker was in its measured iterations (see module docstring)."""
-    lo, hi = common_window(workers)
+def window_throughput(workers: list[WorkerRecord], batch_size: int,
+                      window: tuple[float, float] | None = None) -> float:
+    """Samples/s while every worker was in its measured iterations (see module docstring), or over
+    `window` (start, end), a part of it, counted the same way."""
+    lo, hi = window or common_window(workers)
     if hi <= lo:  # no common window (should not happen): whole span instead
         total = sum(len(w.iteration_s) for w in workers) * batch_size
         span = (max(w.iteration_start_s[-1] + w.iteration_s[-1] for w in workers)
