@@ -1,51 +1,37 @@
-"""Tried and not adopted: coarse async PS by MVA with deterministic service instead of exponential.
+"""Coarse async PS: MVA with the shard's service variability per station (push / update / pull).
 
-The coarse method solves async PS as a closed queueing network by MVA. Plain MVA is exact for
-exponential service times: an arriving worker waits for the whole service of the one it finds at
-the shard. A worker's push (pull) at a shard NIC is a fixed number of bytes at a fixed rate, and
-its update a fixed time, so service is close to deterministic: the one found in service has half
-its service left on average. Reiser's residual-life correction for a squared coefficient of
-variation cv2 (1: exponential, plain MVA; 0: deterministic):
+The coarse method solves async PS as a closed queueing network by MVA. Plain MVA (cv2 1) is exact
+for exponential service, and for processor-sharing stations whatever their service times: an
+arriving worker waits for the whole service of the one it finds at a FCFS station. A reply of fixed
+bytes at a fixed rate takes a fixed time, so the one found in service has half of it left on
+average. Reiser's residual-life correction for a squared coefficient of variation cv2 (1: plain MVA;
+0: deterministic), `sgdscale.coarse.mva`:
 
-    R_k(n) = D_k * (1 + Q_k(n-1)) - U_k(n-1) * D_k * (1 - cv2) / 2,   U_k(n-1) = X(n-1) * D_k
-This re-predicts the kept async runs of the named sets with each squared coefficient of variation
-(network files refitted from their raw points, as `benchmarks/coarse_async_bounds.py`). Nothing rerun.
+    R_k(n) = D_k * (1 + Q_k(n-1) - U_k(n-1) * (1 - cv2) / 2),   U_k(n-1) = X(n-1) * D_k
+
+Tried on sets 18-21 (one cv2 for every station) and on sets 18-49 per station (both with the models
+of the time) and not adopted then; tried again on sets 40-64 and 18-39 with today's models, where
+push 1 / update 1 / pull 0 (the shard's pushes and updates share, its replies take turns:
+`sgdscale.coarse.models.SERVICE_CV2`) was adopted. Each variant patches SERVICE_CV2 and re-predicts
+the kept async runs of the named sets. Nothing rerun.
 
     .venv/bin/python benchmarks/coarse_async_service.py [--sets heldout18,heldout19,heldout20,heldout21]
-        [--cv2 1,0.5,0] [--output coarse_async_service]
+        [--cv2 1,0.5,0,1/1/0] [--no-refit] [--output coarse_async_service]
 Raw output: benchmarks/results/<output>.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from pathlib import Path
 from unittest import mock
 
-import numpy as np
 from repredict_sets import variant_table
 
 import sgdscale.coarse.models as coarse_models
-from sgdscale.coarse.mva import MVAResult
 
 HERE = Path(__file__).resolve().parent
-
-
-def reiser_mva(demands, think_time_s: float, customers: int, service_cv2=1.0) -> tuple[MVAResult, str]:
-    """Exact MVA with Reiser's residual-life correction (service_cv2 1: `sgdscale.coarse.mva.exact_mva`).
-    `service_cv2` is one number for every station, or a (push, update, pull) triple repeated over the
-    shards in the order `solve_ps_async` lists its stations."""
-    d = np.asarray(demands, dtype=float)
-    cv2 = np.resize(np.asarray(service_cv2, dtype=float), d.shape)
-    cut = d * d * (1.0 - cv2) / 2.0  # per unit of throughput X(n-1)
-    q, r, x = np.zeros_like(d), d.copy(), 0.0
-    for n in range(1, int(customers) + 1):
-        r = d * (1.0 + q) - x * cut
-        x = n / (think_time_s + float(r.sum()))
-        q = x * r
-    return MVAResult(x, r, q, x * d), "exact"
 
 
 def main(argv: list[str]) -> int:
@@ -56,15 +42,19 @@ def main(argv: list[str]) -> int:
                              "for every station or push/update/pull (e.g. 1/0/0: pushes share the shard's link, "
                              "processor sharing, whose MVA needs no correction; update and pull FCFS, fixed)")
     parser.add_argument("--output", default="coarse_async_service")
+    parser.add_argument("--no-refit", action="store_true",
+                        help="use each set's network file as it is (sets run since the file format last changed)")
     args = parser.parse_args(argv)
     variants = [(f"cv2 {text}", f"coarse, service cv2 {text}",
-                 lambda c=c: mock.patch.object(coarse_models, "solve_mva", functools.partial(reiser_mva, service_cv2=c)))
-                for text, c in ((text, [float(v) for v in text.split("/")]) for text in args.cv2.split(","))]
+                 lambda c=c: mock.patch.dict(coarse_models.SERVICE_CV2, dict(zip(("push", "update", "pull"), c))))
+                for text, c in ((text, [float(v) for v in text.split("/")] * (3 if "/" not in text else 1))
+                                for text in args.cv2.split(","))]
     text = variant_table(argv, "coarse_async_service.py",
                          "Coarse async PS: MVA with exponential against deterministic service, on the kept runs",
-                         "Error of the median prediction against the median measurement; network files refitted "
-                         "from their raw points; cv2 1 is plain MVA, 0 deterministic service.",
-                         args.sets.split(","), {"ps-async"}, variants, method="coarse", refit=True)
+                         "Error of the median prediction against the median measurement; network files "
+                         + ("as they are" if args.no_refit else "refitted from their raw points")
+                         + "; cv2 1 is plain MVA, 0 deterministic service.",
+                         args.sets.split(","), {"ps-async"}, variants, method="coarse", refit=not args.no_refit)
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 

@@ -3,6 +3,7 @@ asymptotic bounds and monotonicity."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 
@@ -129,3 +130,47 @@ def test_rejects_bad_inputs():
         exact_mva([0.1], -1.0, 3)
     with pytest.raises(ValueError):
         schweitzer_mva([0.1], 1.0, 2.5)
+
+
+def _machine_repairman_fixed_service(customers: int, think_mean_s: float, service_s: float, cycles: int) -> float:
+    """Throughput of N customers with exponential think times and one FCFS station of fixed service
+    (the M/D/1//N machine-repairman model), simulated event by event."""
+    rng = np.random.default_rng(1)
+    arrivals = list(rng.exponential(think_mean_s, customers))
+    heapq.heapify(arrivals)
+    free = 0.0
+    for _ in range(cycles):
+        start = max(heapq.heappop(arrivals), free)
+        free = start + service_s
+        heapq.heappush(arrivals, free + rng.exponential(think_mean_s))
+    return cycles / free
+
+
+@pytest.mark.parametrize("customers, service_s", [(2, 0.5), (3, 0.5), (6, 0.2)])
+def test_residual_correction_tracks_fixed_service(customers, service_s):
+    """A station of fixed service leaves an arriving customer half the one in service to wait for:
+    the corrected MVA (cv2 0) lands within 5% of the simulated system (measured: +1.3% to +4.7%),
+    and closer than plain MVA, which waits for all of it (-3.8% to -5.7%)."""
+    simulated = _machine_repairman_fixed_service(customers, 1.0, service_s, 100_000)
+    corrected = exact_mva([service_s], 1.0, customers, service_cv2=0.0).throughput
+    plain = exact_mva([service_s], 1.0, customers).throughput
+    assert corrected == pytest.approx(simulated, rel=0.05)
+    assert abs(corrected / simulated - 1) < abs(plain / simulated - 1)
+
+
+def test_residual_correction_per_station_and_bounds():
+    demands, think = [0.2, 0.05, 0.3], 1.0
+    plain = exact_mva(demands, think, 5)
+    same = exact_mva(demands, think, 5, service_cv2=[1.0, 1.0, 1.0])
+    assert same.throughput == pytest.approx(plain.throughput, rel=1e-12)
+    fixed = exact_mva(demands, think, 5, service_cv2=[1.0, 1.0, 0.0])
+    # less to wait for, never less than the service itself, never beyond the bottleneck's bound
+    assert plain.throughput < fixed.throughput <= min(5 / (think + sum(demands)), 1 / max(demands)) + 1e-12
+    assert np.all(fixed.response_times >= np.asarray(demands) - 1e-12)
+    assert exact_mva_curve(demands, think, 5, service_cv2=[1.0, 1.0, 0.0])[-1] == pytest.approx(fixed.throughput)
+    # Bard-Schweitzer carries the correction too: close to exact at a large population
+    exact = exact_mva(demands, think, 400, service_cv2=0.0).throughput
+    assert schweitzer_mva(demands, think, 400, service_cv2=0.0).throughput == pytest.approx(exact, rel=1e-3)
+    assert solve_mva(demands, think, 5, [1.0, 1.0, 0.0])[0].throughput == pytest.approx(fixed.throughput)
+    with pytest.raises(ValueError, match="service_cv2"):
+        exact_mva(demands, think, 3, service_cv2=1.5)

@@ -296,6 +296,19 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
     )
 
 
+# How an async shard serves the workers it finds at each station, as the MVA's service variability
+# (squared coefficient of variation; 1: the plain MVA, which a processor-sharing station obeys whatever
+# its service times; 0: fixed service, first come first served). Pushes into a shard from several
+# nodes share its link equally (measured: 0.99-1.00, `sgdscale.comm.sharing`); its updates interleave
+# the workers' threads tensor by tensor under the shard's lock (`sgdscale.runtime.ps`): both share.
+# Its replies leave one node, where a flow that starts while another is leaving gets 0.22 of the link
+# (NEWCOMER_SHARE_WEIGHT): they take turns, and a reply of fixed bytes at a fixed rate takes a fixed
+# time, so an arriving worker waits for half of the reply in service, not all of it. Plain MVA let
+# the pulls meet as if at random: on held-out sets 40-64 coarse was too slow by 7.1% in the mean
+# (median error 7.3%), 2.4% with this (4.2%), `benchmarks/coarse_async_service.py` (a tuning look).
+SERVICE_CV2 = {"push": 1.0, "update": 1.0, "pull": 0.0}
+
+
 def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                    iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """Closed queueing network solved by MVA: workers are customers, server resources are queues.
@@ -337,6 +350,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
             demands.append(float(demand))
             kinds.append(kind)
     demands_arr = np.array(demands)
+    service_cv2 = np.array([SERVICE_CV2[kind] for kind in kinds])
     stage_masks = [np.array([k == kind for k in kinds]) for kind in ("push", "update", "pull")]
     own_excess = max(0.0, worker_nic - float(nic.sum()))  # per direction
     # the worker's CPU receiving its pulls, beyond what their spacing on the wire hides
@@ -344,7 +358,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     think0 = compute + 2 * (costs.alpha + own_excess) + receive_tail
 
     def solve(think: float):
-        return solve_mva(demands_arr, think, n)
+        return solve_mva(demands_arr, think, n, service_cv2)
 
     hidden = 0.0
     if heuristics and costs.total_bytes > 0:
