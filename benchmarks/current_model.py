@@ -62,10 +62,12 @@ def cases_of(strategy: str) -> list[tuple[int, dict]]:
 def methods_of(strategy: str, set_number: int) -> tuple[str, ...]:
     """The methods whose recorded predictions on this set are today's."""
     spec = CURRENT[strategy]
-    return tuple(m for m in METHODS if not m.endswith(("-nominal", "-budget"))
-                 or (m.endswith("-nominal") and set_number >= spec["nominal_from"])
-                 or (m.endswith("-budget") and set_number >= spec["budget_from"]
-                     and set_number not in spec.get("budget_except", ())))
+    return tuple(m for m in METHODS
+                 if set_number >= spec.get(f"{m.split('-')[0]}_from", 0)
+                 and (not m.endswith(("-nominal", "-budget"))
+                      or (m.endswith("-nominal") and set_number >= spec["nominal_from"])
+                      or (m.endswith("-budget") and set_number >= spec["budget_from"]
+                          and set_number not in spec.get("budget_except", ()))))
 
 
 def verify() -> list[str]:
@@ -147,8 +149,9 @@ def main(argv: list[str]) -> int:
         for kind in ("replay", "real"):
             of_kind = [(n, c) for n, c in picked if c["kind"] == kind]
             for method in ("fine", "coarse"):
-                if of_kind:
-                    kinds_rows.append(summary_row(f"{strategy}, {kind}", method, of_kind))
+                have = [(n, c) for n, c in of_kind if method in methods_of(strategy, n)]
+                if have:
+                    kinds_rows.append(summary_row(f"{strategy}, {kind}", method, have))
         values = [s for _, c in picked if (s := spread(c)) is not None]
         spreads_rows.append(f"| {strategy} | {len(values)} | {statistics.median(values):.1%} | {max(values):.1%} |")
     lines += ["", "Replay and real compute apart:", "",

@@ -187,3 +187,15 @@ def test_a_cpu_profile_on_a_gpu_preset_says_so(capsys):
     assert code == 0, err
     assert ("note: the cluster dgx-a100 has A100 devices, but the profile was measured on cpu: Intel(R) Xeon(R) "
             "Processor, 1 thread: its compute times are used as measured; to search at A100 speed") in " ".join(out.split())
+
+
+def test_cli_says_why_a_parameter_server_passes_full_efficiency(capsys):
+    """One worker with a parameter server skips the optimizer step the one-device baseline includes:
+    the printout says so where it shows an efficiency above 100%, and only there."""
+    code, out, _ = run(capsys, "resnet18", "--workers", "1", "--bandwidth", "10Gbit", "--strategies", "ps-async")
+    assert code == 0
+    shown = float(out.split("async PS")[1].split("%")[0].split()[-1])
+    assert shown > 100
+    assert "efficiency above 100% at 1 worker: parameter-server shards run the optimizer step (23.9 ms of the 238 ms" in out
+    code, out, _ = run(capsys, "resnet18", "--workers", "1", "--bandwidth", "10Gbit", "--strategies", "allreduce")
+    assert code == 0 and "efficiency above 100%" not in out

@@ -9,6 +9,8 @@ model of its own, so advice and `predict` cannot disagree.
 **Efficiency** here is throughput / (N x one device's throughput without communication), the same
 denominator for every strategy (a parameter server pays for its links even with one worker, so
 `predict`'s per-strategy baseline would flatter it). For all-reduce it equals `predict`'s efficiency.
+A parameter server can pass 100%: its shards run the optimizer step that the baseline includes (the
+printout says so where it shows one; colocated shards are assumed to have CPU beside the worker).
 
 **Why it stays interactive.** A candidate is not predicted where a cheap upper bound on its
 throughput already rules it out: compute (N devices at profiled speed) and, for parameter servers,

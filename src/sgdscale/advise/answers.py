@@ -202,6 +202,7 @@ def advise(profile: Profile, cluster: Cluster, comm: CommModel, counts: Sequence
               "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
               "gpus_per_node": gpus, "intra_bandwidth_bps": cluster.intra_bandwidth_bps,
               "worker_counts": counts, "single_device_throughput": advisor.base_throughput(),
+              "step_s": profile.compute_s, "optimizer_s": profile.step.optimizer_s,
               "iterations": iterations, "seed": seed, "variability": variability}
     return Advice(inputs=inputs, answers=answers, search=search)
 

@@ -36,7 +36,7 @@ def print_advice(console, advice: Advice) -> None:
                       f"{best['efficiency']:.0%}", best["limited_by"] or "-", runner["label"] if runner else "-",
                       margin)
     console.print(table)
-    for line in range_notes(answers["ranking"]):
+    for line in [*range_notes(answers["ranking"]), *above_one_notes(inputs, answers["ranking"])]:
         console.print(line, highlight=False, soft_wrap=True)
     console.print("Why the winner wins (per worker count):", highlight=False)
     for row in answers["ranking"]:
@@ -68,6 +68,20 @@ def print_advice(console, advice: Advice) -> None:
     console.print(f"search: {search['configurations']} configurations x {search['worker_counts']} worker counts, "
                   f"{search['predictions']} predictions ({search['method']}{confirm}), {search['pruned_by_bound']} "
                   f"skipped by upper bounds, {search['wall_s']:.2f} s", highlight=False)
+
+
+def above_one_notes(inputs: dict[str, Any], ranking: list[dict[str, Any]]) -> list[str]:
+    """Why a parameter server's efficiency can pass 100%: its shards run the optimizer step that the
+    denominator (one device alone) includes, so each worker's step is shorter than the profile's."""
+    over = [row for row in ranking if row["ranked"] and row["ranked"][0]["efficiency"] > 1.0
+            and row["ranked"][0]["config"]["kind"] != "allreduce"]
+    if not over or not inputs.get("optimizer_s"):
+        return []
+    counts = ", ".join(str(row["workers"]) for row in over)
+    return [f"efficiency above 100% at {counts} worker{'s' if len(over) > 1 or over[0]['workers'] > 1 else ''}: "
+            f"parameter-server shards run the optimizer step ({format_seconds(inputs['optimizer_s'])} of the "
+            f"{format_seconds(inputs['step_s'])} profiled step), so the workers skip it; colocated servers assume "
+            "their node has CPU to spare for it beside the worker (the models do not charge it to the worker's node)"]
 
 
 def range_cell(point: dict[str, Any]) -> str:
