@@ -12,19 +12,23 @@ Accuracy only, no timing claims, so it needs no CPU lock.
     .venv/bin/python benchmarks/coarse_heuristics.py            # full grid
     .venv/bin/python benchmarks/coarse_heuristics.py --quick    # a small grid (smoke run)
     .venv/bin/python benchmarks/coarse_heuristics.py --strategies ps-sync,ps-async --output coarse_heuristics_ps
+    .venv/bin/python benchmarks/coarse_heuristics.py --strategies ps-async [--plain-mva] --output ...
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import time
 from pathlib import Path
+from unittest import mock
 
 from rich.progress import Progress
 
 from sgdscale.cluster import Cluster
+import sgdscale.coarse.models as coarse_models
 from sgdscale.coarse import solve
 from sgdscale.comm.cost import CommModel
 from sgdscale.errors import UserError
@@ -112,7 +116,8 @@ def markdown(data: dict) -> str:
         "(coarse - fine) / fine, with heuristics (`heuristics=True`, the default) and without",
         f"(phases strictly in sequence). Raw cases: `{data['grid'].get('output', 'coarse_heuristics')}.json`; produced by",
         "`benchmarks/coarse_heuristics.py`" + (" --quick" if data["quick"] else "")
-        + "".join(f" --{k} {v}" for k, v in data["grid"].get("options", {}).items()) + ".",
+        + "".join(f" --{k.replace('_', '-')}" + ("" if v is True else f" {v}")
+                  for k, v in data["grid"].get("options", {}).items() if v not in (None, False)) + ".",
         "",
         f"Grid: models {', '.join(data['grid']['models'])}; bandwidths "
         f"{', '.join(f'{b / 1e9:g} Gbit/s' for b in data['grid']['bandwidths_bps'])}; workers "
@@ -154,12 +159,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small grid (smoke run)")
     parser.add_argument("--strategies", help=f"comma-separated subset of {', '.join(STRATEGIES)}")
     parser.add_argument("--output", default="coarse_heuristics", help="results name")
+    parser.add_argument("--plain-mva", action="store_true",
+                        help="async PS by the plain MVA (every shard station's service cv2 1), as before set 66")
     args = parser.parse_args()
     chosen = {k: STRATEGIES[k] for k in args.strategies.split(",")} if args.strategies else STRATEGIES
-    data = run(args.quick, chosen)
-    if args.strategies or args.output != "coarse_heuristics":
+    plain = dict.fromkeys(coarse_models.SERVICE_CV2, 1.0)
+    with mock.patch.dict(coarse_models.SERVICE_CV2, plain) if args.plain_mva else contextlib.nullcontext():
+        data = run(args.quick, chosen)
+    if args.strategies or args.output != "coarse_heuristics" or args.plain_mva:
         data["grid"]["output"] = args.output
-        data["grid"]["options"] = {"strategies": args.strategies, "output": args.output}
+        data["grid"]["options"] = {"strategies": args.strategies, "output": args.output, "plain_mva": args.plain_mva}
     RESULTS.mkdir(parents=True, exist_ok=True)
     write_json_atomic(RESULTS / f"{args.output}.json", data)
     text = markdown(data)
