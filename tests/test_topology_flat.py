@@ -27,7 +27,9 @@ is the incumbents-first rule for nominal figures and files without a sharing fit
 (`sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT`, in every prediction since set 25): every case runs
 with equal sharing, as all of them did when recorded (none has a sharing fit); nor is the slope of
 an all-reduce beyond the network file's largest measured size (`sgdscale.comm.cost.BEYOND_SLOPE`,
-since set 54; `mlp-net`'s 25 MB buckets lie beyond its file's 16 MB): every case runs with the fitted line's.
+since set 54; `mlp-net`'s 25 MB buckets lie beyond its file's 16 MB): every case runs with the fitted line's;
+nor is coarse async PS's residual correction at the shard's replies (`sgdscale.coarse.models.SERVICE_CV2`,
+since set 66): every case runs with the plain MVA, as recorded.
 """
 
 import dataclasses
@@ -37,6 +39,7 @@ from pathlib import Path
 import pytest
 
 from flat_cases import CASES, network
+import sgdscale.coarse.models as coarse_models
 from sgdscale.comm import cost
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
@@ -48,8 +51,10 @@ REFERENCE = json.loads((Path(__file__).parent / "data" / "flat_reference.json").
 
 
 @pytest.fixture(autouse=True)
-def _fitted_line_beyond_the_curve(monkeypatch):
-    monkeypatch.setattr(cost, "BEYOND_SLOPE", "fitted line")  # as recorded (module docstring)
+def _as_recorded(monkeypatch):
+    """The fitted line beyond the curve and the plain MVA, as recorded (module docstring)."""
+    monkeypatch.setattr(cost, "BEYOND_SLOPE", "fitted line")
+    monkeypatch.setattr(coarse_models, "SERVICE_CV2", dict.fromkeys(coarse_models.SERVICE_CV2, 1.0))
 
 
 def _run(case, allreduce="flat"):
