@@ -305,7 +305,9 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
 # (NEWCOMER_SHARE_WEIGHT): they take turns, and a reply of fixed bytes at a fixed rate takes a fixed
 # time, so an arriving worker waits for half of the reply in service, not all of it. Plain MVA let
 # the pulls meet as if at random: on held-out sets 40-64 coarse was too slow by 7.1% in the mean
-# (median error 7.3%), 2.4% with this (4.2%), `benchmarks/coarse_async_service.py` (a tuning look).
+# (median error 7.3%), 2.4% with this (4.2%), `benchmarks/coarse_async_service.py` (a tuning look);
+# held out on set 66 (9.8% against the plain MVA's 15.1%; two workers, who take turns at every
+# station, stay 18-21% too slow) and set 67 (1.1% against 7.3%, 3-5 workers).
 SERVICE_CV2 = {"push": 1.0, "update": 1.0, "pull": 0.0}
 
 
@@ -321,7 +323,8 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     account for: max(0, B * beta_worker - sum_s b_s * beta_server) per direction. (A push streams
     through the worker's up-link and the shards' down-links at once; MVA visits shards one after
     another, so their demands already add up to the worker's own transfer when NICs are alike.)
-    Workers are one class: per-worker speed factors and slow links enter as means.
+    Workers are one class: per-worker speed factors and slow links enter as means. The reply
+    stations serve in turn in a fixed time (`SERVICE_CV2`: the MVA's residual correction).
     """
     n = cluster.workers
     scales = worker_scales(cluster)
