@@ -149,8 +149,8 @@ def _machine_repairman_fixed_service(customers: int, think_mean_s: float, servic
 @pytest.mark.parametrize("customers, service_s", [(2, 0.5), (3, 0.5), (6, 0.2)])
 def test_residual_correction_tracks_fixed_service(customers, service_s):
     """A station of fixed service leaves an arriving customer half the one in service to wait for:
-    the corrected MVA (cv2 0) lands within 5% of the simulated system (measured: +1.3% to +4.7%),
-    and closer than plain MVA, which waits for all of it (-3.8% to -5.7%)."""
+    the corrected MVA (cv2 0) lands within 5% of the simulated system (these cases: +1.2% to +4.6%),
+    and closer than plain MVA, which waits for all of it (-3.8% to -5.8%)."""
     simulated = _machine_repairman_fixed_service(customers, 1.0, service_s, 100_000)
     corrected = exact_mva([service_s], 1.0, customers, service_cv2=0.0).throughput
     plain = exact_mva([service_s], 1.0, customers).throughput
