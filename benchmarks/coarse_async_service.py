@@ -42,7 +42,7 @@ def write_factors(argv: list[str], set_names: list[str], name: str) -> int:
     factors: dict[str, dict[str, dict[str, float]]] = {}
     plain = dict.fromkeys(("push", "update", "pull"), 1.0)
     for set_name, validator, case, runs, _ in kept_cases(set_names, {"ps-async"}):
-        recorded = validator_variants(runs)
+        recorded = recorded_variants(runs)
         if not recorded:
             continue
         shipped = [current(validator, case, run.get("round", 0), recorded) for run in runs]
@@ -60,7 +60,7 @@ def write_factors(argv: list[str], set_names: list[str], name: str) -> int:
     return 0
 
 
-def validator_variants(runs: list[dict]) -> list[str]:
+def recorded_variants(runs: list[dict]) -> list[str]:
     """The coarse variants the set recorded for these runs (measured file, nominal, budget)."""
     return [v for v in ("coarse", "coarse-nominal", "coarse-budget") if all(v in r["predicted_throughput"] for r in runs)]
 

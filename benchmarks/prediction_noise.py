@@ -21,18 +21,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from repredict_sets import error_summary, kept_cases
-
-from sgdscale.predict import predict
+from repredict_sets import current, error_summary, kept_cases
 
 HERE = Path(__file__).resolve().parent
-
-
-def fine(validator, case, round_index: int, iterations: int, seed: int) -> float:
-    profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index)
-    result = predict(profile, cluster, strategy, comm, [case.workers], methods=("fine",), iterations=iterations,
-                     variability=variability, seed=seed)
-    return result.results[0].throughput
 
 
 def main(argv: list[str]) -> int:
@@ -60,13 +51,15 @@ def main(argv: list[str]) -> int:
     errors: dict[str, list[float]] = {}
     spreads: list[float] = []
     for set_name, validator, case, runs, measured in kept_cases(args.sets.split(","), set(args.strategies.split(","))):
-        per_seed = [statistics.median(fine(validator, case, run.get("round", 0), first, seed) for run in runs)
-                    for seed in range(args.seeds)]
+        def fine(run: dict, iterations: int, seed: int) -> float:
+            return current(validator, case, run.get("round", 0), ["fine"], iterations=iterations, seed=seed)["fine"]
+
+        per_seed = [statistics.median(fine(run, first, seed) for run in runs) for seed in range(args.seeds)]
         mean = statistics.mean(per_seed)
         spreads.append((max(per_seed) - min(per_seed)) / mean)
         values = {columns[1]: per_seed[0], columns[2]: mean}
         for n, label in zip(counts[1:], columns[3:]):
-            values[label] = statistics.median(fine(validator, case, run.get("round", 0), n, 0) for run in runs)
+            values[label] = statistics.median(fine(run, n, 0) for run in runs)
         for label, value in values.items():
             errors.setdefault(label, []).append(value / measured - 1)
         lines.append(f"| {set_name} | {case.key} | {measured:.1f} | {spreads[-1]:.1%} | "

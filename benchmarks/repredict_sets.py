@@ -112,11 +112,13 @@ def error_summary(named_errors: dict[str, list[float]]) -> list[str]:
 
 
 def current(validator: Validator, case, round_index: int, methods: list[str],
-            reference_step_s: float | None = None) -> dict[str, float]:
+            reference_step_s: float | None = None, *, iterations: int | None = None, seed: int = 0) -> dict[str, float]:
     """The current predictions of one run (measured network file; nominal figures, "-budget" with the
     grid's CPU budget too; "-run-speed": the
-    measured network file and the profile at the run's own compute reference), as predict_case."""
+    measured network file and the profile at the run's own compute reference), as predict_case;
+    `iterations` (default: the validator's) and `seed` as `predict` takes them."""
     profile, cluster, strategy, comm, variability = validator.case_inputs(case, round_index)
+    iterations = iterations or validator.predict_iterations
     out: dict[str, float] = {}
     at_speed = [m for m in methods if m.endswith("-run-speed")]
     if at_speed:
@@ -124,20 +126,20 @@ def current(validator: Validator, case, round_index: int, methods: list[str],
             raise ValueError(f"{case.key}: a run-speed prediction needs the run's compute reference")
         result = predict(at_run_speed(profile, reference_step_s), cluster, strategy, comm, [case.workers],
                          methods=tuple(m.removesuffix("-run-speed") for m in at_speed),
-                         iterations=validator.predict_iterations, variability=variability)
+                         iterations=iterations, variability=variability, seed=seed)
         out.update({f"{r.method}-run-speed": r.throughput for r in result.results})
     rest = [m for m in methods if m not in at_speed]
     base = sorted({m for m in rest if not m.endswith(("-nominal", "-budget"))})
     if base:
         result = predict(profile, cluster, strategy, comm, [case.workers], methods=tuple(base),
-                         iterations=validator.predict_iterations, variability=variability)
+                         iterations=iterations, variability=variability, seed=seed)
         out.update({r.method: r.throughput for r in result.results})
     for label in ("nominal", "budget"):  # nominal figures, and those with the grid's CPU budget
         if any(m.endswith(f"-{label}") for m in rest):
             nominal_cluster, models = validator.nominal_models(case)
             result = predict(profile, nominal_cluster, strategy, models[label], [case.workers],
                              methods=tuple(sorted({m.removesuffix(f"-{label}") for m in rest if m.endswith(f"-{label}")})),
-                             iterations=validator.predict_iterations, variability=variability)
+                             iterations=iterations, variability=variability, seed=seed)
             out.update({f"{r.method}-{label}": r.throughput for r in result.results})
     return {m: out[m] for m in methods}
 
