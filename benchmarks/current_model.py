@@ -43,12 +43,12 @@ TARGETS = {"fine": (0.03, 0.08), "coarse": (0.06, None)}  # (median, max) of the
 # - sets 64 (two server shards; all-reduce with 7 workers) and 65 (all-reduce) ran with no predictor change.
 # - coarse async PS changed before set 66 (the shard's replies take turns: `SERVICE_CV2` in
 #   sgdscale.coarse.models), so its coarse columns count from set 66 (`coarse_from`); fine's from 40.
-#   Set 67 (async PS) ran with no predictor change since.
+#   Set 67 (async PS) ran with no predictor change since, and set 68 (two and three server shards).
 CURRENT = {
     "allreduce": {"sets": (61, 62, 64, 65), "nominal_from": 61, "budget_from": 61},
-    "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64), "nominal_from": 44,
+    "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 68), "nominal_from": 44,
                 "budget_from": 48, "budget_except": (49,)},
-    "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 66, 67), "nominal_from": 44,
+    "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 66, 67, 68), "nominal_from": 44,
                  "budget_from": 48, "budget_except": (49,), "coarse_from": 66},
 }
 AGREE = 0.0005  # recorded and current predictions agree within 0.05%
