@@ -23,46 +23,15 @@ Raw output: benchmarks/results/<output>.md.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 from pathlib import Path
 from unittest import mock
 
-from repredict_sets import current, kept_cases, variant_table
+from repredict_sets import variant_table, write_change_factors
 
 import sgdscale.coarse.models as coarse_models
 
 HERE = Path(__file__).resolve().parent
-
-
-def write_factors(argv: list[str], set_names: list[str], name: str) -> int:
-    """The change's own effect on each kept async case: median over its runs of the coarse prediction
-    as shipped over the plain MVA's, per variant the set recorded (network files as they are)."""
-    factors: dict[str, dict[str, dict[str, float]]] = {}
-    plain = dict.fromkeys(("push", "update", "pull"), 1.0)
-    for set_name, validator, case, runs, _ in kept_cases(set_names, {"ps-async"}):
-        recorded = recorded_variants(runs)
-        if not recorded:
-            continue
-        shipped = [current(validator, case, run.get("round", 0), recorded) for run in runs]
-        with mock.patch.dict(coarse_models.SERVICE_CV2, plain):
-            before = [current(validator, case, run.get("round", 0), recorded) for run in runs]
-        factors.setdefault(set_name.removeprefix("heldout"), {})[case.key] = {
-            v: statistics.median(a[v] for a in shipped) / statistics.median(b[v] for b in before) for v in recorded}
-        print(set_name, case.key, factors[set_name.removeprefix("heldout")][case.key], flush=True)
-    (HERE / "results" / f"{name}.json").write_text(json.dumps({
-        "generated_by": f"benchmarks/coarse_async_service.py {' '.join(argv)}",
-        "meaning": "per held-out set and case: the coarse async prediction with the shard stations' service "
-                   "variability (SERVICE_CV2 as shipped) over the plain MVA's (median over the kept runs), per "
-                   "validation variant",
-        "sets": factors}, indent=1) + "\n")
-    return 0
-
-
-def recorded_variants(runs: list[dict]) -> list[str]:
-    """The coarse variants the set recorded for these runs (measured file, nominal, budget)."""
-    return [v for v in ("coarse", "coarse-nominal", "coarse-budget") if all(v in r["predicted_throughput"] for r in runs)]
 
 
 def main(argv: list[str]) -> int:
@@ -84,7 +53,13 @@ def main(argv: list[str]) -> int:
                              "recorded with the plain MVA (benchmarks/heldout_ranges.py --factors)")
     args = parser.parse_args(argv)
     if args.factors_out:
-        return write_factors(argv, args.sets.split(","), args.factors_out)
+        plain = dict.fromkeys(("push", "update", "pull"), 1.0)
+        write_change_factors(f"benchmarks/coarse_async_service.py {' '.join(argv)}",
+                             "per held-out set and case: the coarse async prediction with the shard stations' service "
+                             "variability (SERVICE_CV2 as shipped) over the plain MVA's (median over the kept runs), per "
+                             "validation variant", args.sets.split(","), {"ps-async"}, args.factors_out,
+                             lambda: mock.patch.dict(coarse_models.SERVICE_CV2, plain))
+        return 0
     variants = [(f"cv2 {text}", f"coarse, service cv2 {text}",
                  lambda c=c: mock.patch.dict(coarse_models.SERVICE_CV2, dict(zip(("push", "update", "pull"), c))))
                 for text, c in ((text, [float(v) for v in text.split("/")] * (3 if "/" not in text else 1))

@@ -14,6 +14,8 @@ figures, and with the CPU budget), both ways. One shard: nothing changes.
 
     .venv/bin/python benchmarks/coarse_parallel_shards.py [--sets heldout27,heldout28,heldout64,...]
         [--output coarse_parallel_shards]
+    .venv/bin/python benchmarks/coarse_parallel_shards.py --sets heldout18,...,heldout56 --factors-out NAME
+        (the change's own effect per kept case, for benchmarks/heldout_ranges.py --factors)
 
 Raw output: benchmarks/results/<output>.md.
 """
@@ -25,7 +27,7 @@ import contextlib
 import sys
 from unittest import mock
 
-from repredict_sets import HERE, variant_table
+from repredict_sets import HERE, variant_table, write_change_factors
 
 from sgdscale.coarse import models
 
@@ -40,7 +42,16 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=SETS)
     parser.add_argument("--output", default="coarse_parallel_shards")
+    parser.add_argument("--factors-out", default=None, metavar="NAME",
+                        help="instead, write results/NAME.json: per set and case, the coarse async predictions "
+                             "(measured file, nominal, budget) in parallel over in series")
     args = parser.parse_args(argv)
+    if args.factors_out:
+        write_change_factors(f"benchmarks/coarse_parallel_shards.py {' '.join(argv)}",
+                             "per held-out set and case: the coarse async prediction with the shards visited in "
+                             "parallel (SHARDS_IN_PARALLEL as shipped) over in series (median over the kept runs), "
+                             "per validation variant", args.sets.split(","), {"ps-async"}, args.factors_out, in_series)
+        return 0
     text = ""
     for method, source in (("coarse", "the set's network file"), ("coarse-nominal", "nominal figures"),
                            ("coarse-budget", "nominal figures with the nodes' CPU budget")):

@@ -100,6 +100,28 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
     return text
 
 
+def write_change_factors(generated_by: str, meaning: str, set_names: list[str], strategies: set[str], name: str,
+                         before: Callable[[], ContextManager]) -> None:
+    """A model change's own effect on each kept case, for `heldout_ranges.py --factors`: per set and case,
+    the median over its runs of today's prediction over the one made with `before` in place (the model
+    before the change), for every coarse variant the set recorded (measured file, nominal, budget);
+    network files as they are. Written to results/NAME.json."""
+    factors: dict[str, dict[str, dict[str, float]]] = {}
+    for set_name, validator, case, runs, _ in kept_cases(set_names, strategies):
+        recorded = [v for v in ("coarse", "coarse-nominal", "coarse-budget")
+                    if all(v in r["predicted_throughput"] for r in runs)]
+        if not recorded:
+            continue
+        now = [current(validator, case, run.get("round", 0), recorded) for run in runs]
+        with before():
+            then = [current(validator, case, run.get("round", 0), recorded) for run in runs]
+        factors.setdefault(set_name.removeprefix("heldout"), {})[case.key] = {
+            v: statistics.median(a[v] for a in now) / statistics.median(b[v] for b in then) for v in recorded}
+        print(set_name, case.key, factors[set_name.removeprefix("heldout")][case.key], flush=True)
+    (HERE / "results" / f"{name}.json").write_text(json.dumps(
+        {"generated_by": generated_by, "meaning": meaning, "sets": factors}, indent=1) + "\n")
+
+
 def error_summary(named_errors: dict[str, list[float]]) -> list[str]:
     """Markdown rows: per named list of relative errors, the case count, median and max absolute
     error and the mean signed error."""
