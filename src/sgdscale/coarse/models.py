@@ -371,9 +371,10 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
     demands_arr = np.array(demands)
     service_cv2 = np.array([SERVICE_CV2[kind] for kind in kinds])
     stage_masks = [np.array([k == kind for k in kinds]) for kind in ("push", "update", "pull")]
-    own_excess = max(0.0, worker_nic - float(nic.max() if parallel else nic.sum()))  # per direction
+    server_wire = float(nic.max() if parallel else nic.sum())  # a worker's bytes through the shards' NICs, one way
+    own_excess = max(0.0, worker_nic - server_wire)  # per direction
     # the worker's CPU receiving its pulls, beyond what their spacing on the wire hides
-    receive_tail = _pull_receive_tail_s(profile, cluster, strategy, costs.topology, max(worker_nic, float(nic.sum())))
+    receive_tail = _pull_receive_tail_s(profile, cluster, strategy, costs.topology, max(worker_nic, server_wire))
     think0 = compute + 2 * (costs.alpha + own_excess) + receive_tail
 
     def solve(think: float):
