@@ -358,7 +358,8 @@ def solve_ps_async(profile: Profile, cluster: Cluster, strategy: Strategy, comm:
         compute += slowed_s
 
     nic, worker_nic = costs.async_nic_demands()
-    per_shard = {"push": (words.server_nic_in, nic), "update": (words.server_update, costs.update_s + costs.server_cpu_s),
+    per_shard = {"push": (words.server_nic_in, nic),  # kind -> (its station's name for shard s, demand per shard)
+                 "update": (words.server_update, costs.update_s + costs.server_cpu_s),
                  "pull": (words.server_nic_out, nic)}
     parallel = SHARDS_IN_PARALLEL and costs.shards > 1
     names, demands, kinds = [], [], []
