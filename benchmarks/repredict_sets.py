@@ -61,11 +61,12 @@ def kept_cases(set_names, strategies):
 
 def variant_table(argv: list[str], script: str, title: str, note: str, set_names: list[str], strategies: set[str],
                   variants: list[tuple[str, str, Callable[[], ContextManager]]], method: str = "fine",
-                  kind: str = "all", refit: bool = False) -> str:
+                  kind: str = "all", refit: bool = False, only: Callable[[object], bool] | None = None) -> str:
     """Re-predict every kept run of the named sets under each variant (its column header, its name in
     the summary, and a context manager that puts it in place), as a Markdown table of each case's
     error (median prediction against median measurement) and a summary; printed as it goes.
-    `refit` refits every network file from its raw points first (`repredict_refit_networks.py`)."""
+    `refit` refits every network file from its raw points first (`repredict_refit_networks.py`);
+    `only`, given, keeps the cases it accepts."""
     from repredict_refit_networks import refitted  # imports this module: not at the top
 
     import sgdscale.comm as comm_package
@@ -79,7 +80,7 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
                else contextlib.nullcontext())
     with loading:
         for set_name, validator, case, runs, measured in kept_cases(set_names, strategies):
-            if kind != "all" and case.spec.kind != kind:
+            if (kind != "all" and case.spec.kind != kind) or (only is not None and not only(case)):
                 continue
             row = []
             for _, name, in_place in variants:

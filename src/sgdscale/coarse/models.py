@@ -27,7 +27,7 @@ from sgdscale.comm.interference import compute_while_sending, interference_of, o
 from sgdscale.comm.streams import collectives_at_once, shared_schedule_s
 from sgdscale.comm.topology import LEVEL_INTRA, LEVEL_NIC, Topology
 from sgdscale.grouping import group_gradients
-from sgdscale import message_cpu
+from sgdscale import message_cpu, placement
 from sgdscale.message_cpu import (messages_per_shard, pull_receive_tail_s, receives_pulls_as_they_arrive,
                                   with_message_cpu)
 from sgdscale.profile import Profile
@@ -199,6 +199,61 @@ class _ServerCosts:
         return self.bytes * betas * remote, float((self.worker_betas * share * own).mean())
 
 
+# Sync PS with several shards: each shard is its own pipeline. A shard's NIC receives only the
+# messages placed on it (round-robin by tensor), as backward makes them ready, and replies to them
+# once they are applied; the shards work side by side. One pipeline over all messages, each message
+# costing its bytes' share of the busiest shard's time, spread that shard's load over the whole
+# backward: where the busiest shard holds a gradient that is ready last (bert's 8.4 MB embedding with
+# three shards: 8.5 of 21.4 MB on shard 0) its pushes and replies hid behind backward in the model and
+# not in the runs (held-out sets 28 and 70: coarse +18.3% and +21.0%). Every shard's pipeline runs
+# `heuristics.sync_ps_end_s` on its own messages at the slower of its NIC's rate and the worker's
+# link, with the one-shard share of late workers (`heuristics.late_share`: a worker is late at a
+# shard when its notice reaches that shard after the shard posted its receives; S / (S + 1) stood
+# for "late at any of S shards" in the one pipeline that stood for them all: with it densenet121's
+# three shards, whose round-robin placement puts 31.5 of 31.9 MB on one, came out -14.0% on set 68
+# where one shard's model has 1/2); the worker's own link, which carries every shard's messages one
+# after another, bounds the step too (its last push, then its whole pull). A tuning look on the kept
+# runs of sets 27, 28, 64, 68 and 70 (`benchmarks/coarse_shard_pipelines.py`): 15 cases, 8.0% -> 3.3%
+# in the median from the measured network files. One shard: the single pipeline, unchanged.
+SHARD_PIPELINES = True
+
+
+def _shard_pipeline_late_share(workers: int, shards: int) -> float:
+    """The share of late workers in one shard's own pipeline: one shard's (comment above); `shards`
+    is there for `benchmarks/coarse_shard_pipelines.py`, which compares S / (S + 1)."""
+    return hz.late_share(workers, 1)
+
+
+def _sync_ps_end_by_shard_s(profile: Profile, strategy: Strategy, groups, ready: list[float],
+                            costs: "_ServerCosts", shard_nic_s: np.ndarray, worker_link_s: float,
+                            update_per_shard: np.ndarray, workers: int) -> float:
+    """When a sync PS step's last reply has left, with every shard its own pipeline (`SHARD_PIPELINES`)."""
+    tensor_shard = placement.place_tensors([t.bytes for t in profile.tensors], costs.shards, strategy.placement)
+    tensors = profile.tensors
+    on_shard = np.zeros((len(groups), costs.shards))  # bytes of group g placed on shard s
+    for g, group in enumerate(groups):
+        for t in group.tensors:
+            on_shard[g, tensor_shard[t]] += tensors[t].bytes
+    worker_per_byte = worker_link_s / costs.total_bytes
+    late = _shard_pipeline_late_share(workers, costs.shards)
+    end = 0.0
+    for s in range(costs.shards):
+        mine = [g for g in range(len(groups)) if on_shard[g, s] > 0]
+        if not mine or costs.bytes[s] <= 0:
+            continue
+        sizes = [float(on_shard[g, s]) for g in mine]
+        shard_per_byte = float(shard_nic_s[s]) / costs.bytes[s]
+        per_byte = max(shard_per_byte, worker_per_byte)
+        end = max(end, hz.sync_ps_end_s([ready[g] for g in mine], [per_byte * b for b in sizes],
+                                         hz.split_by_bytes(float(update_per_shard[s]), sizes),
+                                         hz.split_by_bytes(float(shard_nic_s[s]), sizes), late, worker_link_s,
+                                         with_lead=shard_per_byte >= worker_per_byte))
+    # the worker's own link: every push in turn (WFBP), then its whole pull
+    own = hz.split_by_bytes(worker_link_s, [float(g.bytes) for g in groups])
+    pushed = hz.flow_shop_s(ready, [own])[0][-1] if groups else 0.0
+    return max(end, pushed + worker_link_s)
+
+
 def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel, *,
                   iterations: int, seed: int, variability: bool, heuristics: bool) -> Outcome:
     """step = E[max_i pre_i] + push + server update + pull (each phase a barrier; with heuristics,
@@ -247,9 +302,13 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
         server_pull = hz.split_by_bytes(float(shard_nic_s.max(initial=0.0)), sizes)
         # the early workers' lead shortens the step only where the shard's NIC binds, not a worker's own link
         server_binds = float(shard_nic_s.max(initial=0.0)) >= max(worker_nic_s, intra_s)
-        end = hz.sync_ps_end_s(ready, hz.split_by_bytes(transfer, sizes), hz.split_by_bytes(update, sizes),
-                               server_pull, hz.late_share(n, costs.shards), max(worker_nic_s, intra_s),
-                               with_lead=server_binds)
+        if SHARD_PIPELINES and costs.shards > 1:
+            end = _sync_ps_end_by_shard_s(profile, strategy, groups, ready, costs, shard_nic_s,
+                                          max(worker_nic_s, intra_s), update_per_shard, n)
+        else:
+            end = hz.sync_ps_end_s(ready, hz.split_by_bytes(transfer, sizes), hz.split_by_bytes(update, sizes),
+                                   server_pull, hz.late_share(n, costs.shards), max(worker_nic_s, intra_s),
+                                   with_lead=server_binds)
         extra = max(0.0, end + 2 * costs.alpha - (pre_max.mean + slowed_s))
         serial = push + pull + update
         update_part = extra * update / serial if serial > 0 else 0.0
