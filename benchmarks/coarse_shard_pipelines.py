@@ -14,7 +14,7 @@ profile and the set's network file (and from nominal figures, and with the CPU b
 One shard: nothing changes.
 
     .venv/bin/python benchmarks/coarse_shard_pipelines.py [--sets heldout27,heldout28,...]
-        [--output coarse_shard_pipelines] [--factors-out NAME]
+        [--output coarse_shard_pipelines]
 
 Raw output: benchmarks/results/<output>.md.
 """
@@ -22,10 +22,11 @@ Raw output: benchmarks/results/<output>.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from unittest import mock
 
-from repredict_sets import HERE, variant_table, write_change_factors
+from repredict_sets import HERE, variant_table
 
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse import models
@@ -33,7 +34,7 @@ from sgdscale.coarse import models
 SETS = "heldout27,heldout28,heldout64,heldout68,heldout70"
 
 
-def one_pipeline():
+def one_pipeline():  # as shipped
     return mock.patch.object(models, "SHARD_PIPELINES", False)
 
 
@@ -41,37 +42,30 @@ def per_shard():
     return mock.patch.object(models, "SHARD_PIPELINES", True)
 
 
+@contextlib.contextmanager
 def per_shard_late_of_all_shards():
     """The per-shard pipelines with the share of late workers the one pipeline had, S / (S + 1)."""
-    return mock.patch.object(models, "_shard_pipeline_late_share", hz.late_share)
+    with per_shard(), mock.patch.object(models, "_shard_pipeline_late_share", hz.late_share):
+        yield
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=SETS)
     parser.add_argument("--output", default="coarse_shard_pipelines")
-    parser.add_argument("--factors-out", default=None, metavar="NAME",
-                        help="instead, write results/NAME.json: per set and case, the coarse sync PS predictions "
-                             "(measured file, nominal, budget) per shard over one pipeline")
     args = parser.parse_args(argv)
-    if args.factors_out:
-        write_change_factors(f"benchmarks/coarse_shard_pipelines.py {' '.join(argv)}",
-                             "per held-out set and case: the coarse sync PS prediction with a pipeline per shard "
-                             "(SHARD_PIPELINES as shipped) over one pipeline (median over the kept runs), "
-                             "per validation variant", args.sets.split(","), {"ps-sync"}, args.factors_out, one_pipeline)
-        return 0
     text = ""
     for method, source in (("coarse", "the set's network file"), ("coarse-nominal", "nominal figures"),
                            ("coarse-budget", "nominal figures with the nodes' CPU budget")):
         text += variant_table(argv, "coarse_shard_pipelines.py",
-                              f"Coarse sync PS with several shards: one pipeline (before) or one per shard, {method}",
+                              f"Coarse sync PS with several shards: one pipeline (as shipped) or one per shard, {method}",
                               f"Error of the median prediction against the median measurement (kept sync PS runs with "
                               f"two or more shards, their own rounds' profiles), from {source}.",
                               args.sets.split(","), {"ps-sync"},
-                              [("one pipeline (before)", f"{method}, one pipeline", one_pipeline),
+                              [("one pipeline (as shipped)", f"{method}, one pipeline", one_pipeline),
                                ("per shard, late S/(S+1)", f"{method}, per shard, late S/(S+1)",
                                 per_shard_late_of_all_shards),
-                               ("per shard (now)", f"{method}, per shard", per_shard)],
+                               ("per shard", f"{method}, per shard", per_shard)],
                               method=method, only=lambda case: case.ps_count > 1) + "\n"
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0

@@ -3,7 +3,8 @@
 Re-predicts kept runs of a validation set with the set's network file, then with one of its parts
 replaced at a time: no compute-communication interference, no server CPU cost per byte, the
 nominal point-to-point alpha-beta (20 us, the nominal bandwidth) instead of the fitted one, no
-measured bucket-copy rate. A part whose removal moves the error most is where to look first.
+measured bucket-copy rate, no CPU per message (workers' and shards', with the wake-up), no spread of
+the link-sharing weights, no replay of the nodes' CPU quota. A part whose removal moves the error most is where to look first.
 First run on held-out set 27, whose real mlp cases were all predicted 9-22% too slow from the
 network file and within 0-12% from nominal figures. Measurements are untouched; nothing is rerun.
 
@@ -34,7 +35,11 @@ def parts(comm: CommModel, bandwidth_bps: float) -> dict[str, CommModel]:
             "no interference": dataclasses.replace(comm, interference=None),
             "no server CPU per byte": dataclasses.replace(comm, server_cpu_s_per_byte=0.0),
             "nominal p2p alpha-beta": dataclasses.replace(comm, p2p=nominal.p2p),
-            "no bucket-copy rate": dataclasses.replace(comm, copy_s_per_byte=None)}
+            "no bucket-copy rate": dataclasses.replace(comm, copy_s_per_byte=None),
+            "no CPU per message": dataclasses.replace(comm, server_cpu_s_per_message=0.0, worker_cpu_s_per_message=0.0,
+                                                      worker_cpu_s_per_wakeup=0.0),
+            "no sharing spread": dataclasses.replace(comm, share_weight_sigma=0.0),
+            "no node quota replay": dataclasses.replace(comm, node_quota=None)}
 
 
 def main(argv: list[str]) -> int:

@@ -29,9 +29,7 @@ with equal sharing, as all of them did when recorded (none has a sharing fit); n
 an all-reduce beyond the network file's largest measured size (`sgdscale.comm.cost.BEYOND_SLOPE`,
 since set 54; `mlp-net`'s 25 MB buckets lie beyond its file's 16 MB): every case runs with the fitted line's;
 nor is coarse async PS's residual correction at the shard's replies (`sgdscale.coarse.models.SERVICE_CV2`,
-since set 66): every case runs with the plain MVA, as recorded; nor is coarse sync PS's pipeline per
-shard (`sgdscale.coarse.models.SHARD_PIPELINES`, since set 71; `mlp-pssync` has two shards): every case
-runs with the one pipeline, as recorded.
+since set 66): every case runs with the plain MVA, as recorded.
 """
 
 import dataclasses
@@ -54,8 +52,7 @@ REFERENCE = json.loads((Path(__file__).parent / "data" / "flat_reference.json").
 
 @pytest.fixture(autouse=True)
 def _as_recorded(monkeypatch):
-    """The fitted line beyond the curve, the plain MVA and one sync PS pipeline, as recorded (module docstring)."""
-    monkeypatch.setattr(coarse_models, "SHARD_PIPELINES", False)
+    """The fitted line beyond the curve and the plain MVA, as recorded (module docstring)."""
     monkeypatch.setattr(cost, "BEYOND_SLOPE", "fitted line")
     monkeypatch.setattr(coarse_models, "SERVICE_CV2", dict.fromkeys(coarse_models.SERVICE_CV2, 1.0))
 
