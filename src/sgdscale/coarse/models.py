@@ -199,11 +199,11 @@ class _ServerCosts:
         return self.bytes * betas * remote, float((self.worker_betas * share * own).mean())
 
 
-# Sync PS with several shards: each shard is its own pipeline. A shard's NIC receives only the
-# messages placed on it (round-robin by tensor), as backward makes them ready, and replies to them
-# once they are applied; the shards work side by side. One pipeline over all messages, each message
-# costing its bytes' share of the busiest shard's time, spread that shard's load over the whole
-# backward: where the busiest shard holds a gradient that is ready last (bert's 8.4 MB embedding with
+# A variant for sync PS with several shards (off: held out on set 71, not kept; below): each shard
+# its own pipeline. A shard's NIC receives only the messages placed on it (round-robin by tensor), as
+# backward makes them ready, and replies to them once they are applied; the shards work side by
+# side. The one pipeline over all messages, each costing its bytes' share of the busiest shard's
+# time, spreads that shard's load over the whole backward: where the busiest shard holds a gradient that is ready last (bert's 8.4 MB embedding with
 # three shards: 8.5 of 21.4 MB on shard 0) its pushes and replies hid behind backward in the model and
 # not in the runs (held-out sets 28 and 70: coarse +18.3% and +21.0%). Every shard's pipeline runs
 # `heuristics.sync_ps_end_s` on its own messages at the slower of its NIC's rate and the worker's
@@ -229,7 +229,7 @@ def _shard_pipeline_late_share(workers: int, shards: int) -> float:
 
 
 def _sync_ps_end_by_shard_s(profile: Profile, strategy: Strategy, groups, ready: list[float],
-                            costs: "_ServerCosts", shard_nic_s: np.ndarray, worker_link_s: float,
+                            costs: _ServerCosts, shard_nic_s: np.ndarray, worker_link_s: float,
                             update_per_shard: np.ndarray, workers: int) -> float:
     """When a sync PS step's last reply has left, with every shard its own pipeline (`SHARD_PIPELINES`)."""
     tensor_shard = placement.place_tensors([t.bytes for t in profile.tensors], costs.shards, strategy.placement)
