@@ -200,25 +200,26 @@ class _ServerCosts:
 
 
 # A variant for sync PS with several shards (off: held out on set 71, not kept; below): each shard
-# its own pipeline. A shard's NIC receives only the messages placed on it (round-robin by tensor), as
-# backward makes them ready, and replies to them once they are applied; the shards work side by
+# its own pipeline. A shard's NIC receives only the messages placed on it (round-robin by tensor),
+# as backward makes them ready, and replies to them once they are applied; the shards work side by
 # side. The one pipeline over all messages, each costing its bytes' share of the busiest shard's
-# time, spreads that shard's load over the whole backward: where the busiest shard holds a gradient that is ready last (bert's 8.4 MB embedding with
-# three shards: 8.5 of 21.4 MB on shard 0) its pushes and replies hid behind backward in the model and
-# not in the runs (held-out sets 28 and 70: coarse +18.3% and +21.0%). Every shard's pipeline runs
-# `heuristics.sync_ps_end_s` on its own messages at the slower of its NIC's rate and the worker's
-# link, with the one-shard share of late workers (`heuristics.late_share`: a worker is late at a
-# shard when its notice reaches that shard after the shard posted its receives; S / (S + 1) stood
-# for "late at any of S shards" in the one pipeline that stood for them all: with it densenet121's
-# three shards, whose round-robin placement puts 31.5 of 31.9 MB on one, came out -14.0% on set 68
-# where one shard's model has 1/2); the worker's own link, which carries every shard's messages one
-# after another, bounds the step too (its last push, then its whole pull). A tuning look on the kept
-# runs of sets 27, 28, 64, 68 and 70 (`benchmarks/coarse_shard_pipelines.py`): 15 cases, 8.0% -> 3.3%
-# in the median from the measured network files. Held out on set 71 and **not kept** (its rule: a
-# lower median from the measured files): 9.8% against the one pipeline's 5.0% (every case too slow
-# per shard, -8% to -15%, where the measured files made fine 8-19% too slow too); bert with three
-# shards was again +21.4% with the one pipeline and -15.2% per shard. So the one pipeline stands; this
-# stays for `benchmarks/coarse_shard_pipelines.py`. One shard: the single pipeline either way.
+# time, spreads that shard's load over the whole backward: where the busiest shard holds a gradient
+# that is ready last (bert's 8.4 MB embedding with three shards: 8.5 of 21.4 MB on shard 0) its
+# pushes and replies hid behind backward in the model and not in the runs (held-out sets 28 and 70:
+# coarse +18.3% and +21.0%). Every shard's pipeline runs `heuristics.sync_ps_end_s` on its own
+# messages at the slower of its NIC's rate and the worker's link, with the one-shard share of late
+# workers (`heuristics.late_share`: a worker is late at a shard when its notice reaches that shard
+# after the shard posted its receives; S / (S + 1) stood for "late at any of S shards" in the one
+# pipeline that stood for them all: with it densenet121's three shards, whose round-robin placement
+# puts 31.5 of 31.9 MB on one, came out -14.0% on set 68 where one shard's model has 1/2); the
+# worker's own link, which carries every shard's messages one after another, bounds the step too
+# (its last push, then its whole pull). A tuning look on the kept runs of sets 27, 28, 64, 68 and 70
+# (`benchmarks/coarse_shard_pipelines.py`): 15 cases, 8.0% -> 3.3% in the median from the measured
+# network files. Held out on set 71 and **not kept** (its rule: a lower median from the measured
+# files): 9.8% against the one pipeline's 5.0% (every case too slow per shard, -8% to -15%, where
+# the measured files made fine 8-19% too slow too); bert with three shards was again +21.4% with the
+# one pipeline and -15.2% per shard. So the one pipeline stands; this stays for
+# `benchmarks/coarse_shard_pipelines.py`. One shard: the single pipeline either way.
 SHARD_PIPELINES = False
 
 
