@@ -7,7 +7,7 @@ from unittest import mock
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sgdscale.cluster import Cluster
@@ -263,12 +263,16 @@ def test_pulls_wait_for_the_workers_last_push_to_that_shard():
 @HYPOTHESIS
 @given(workers=st.integers(1, 24), shards=st.integers(1, 3), bw=st.floats(1e8, 1e10), server_bw=st.floats(1e8, 1e10),
        optimizer_s=st.floats(0.0, 0.05), newcomer=st.sampled_from([1.0, 0.1]))
+@example(workers=23, shards=3, bw=909313727.0, server_bw=1196671061.0, optimizer_s=0.03125, newcomer=0.1)
 def test_ps_async_never_beats_the_bottleneck_bound(workers, shards, bw, server_bw, optimizer_s, newcomer):
+    """A steady-state bound, so the window starts once the shards' queues have filled: with 5 warm-up
+    steps and 25 measured, 23 workers on three shards (the example) came out 3% above it, 0.6% with
+    20 and 40."""
     profile = make_profile(layers=6, optimizer_s=optimizer_s)
     cluster = Cluster(workers, bandwidth_bps=bw, latency_s=2e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     strategy = Strategy(kind="ps-async", grouping="per-tensor")
     comm = dataclasses.replace(comm_for(cluster), newcomer_share_weight=newcomer)
-    out = simulate_des(profile, cluster, strategy, comm, iterations=30, warmup=5, variability=False)
+    out = simulate_des(profile, cluster, strategy, comm, iterations=60, warmup=20, variability=False)
     plan = ps_plan(profile, cluster, strategy, comm)
     worker_Bps, server_Bps = nic_capacities_Bps(cluster, comm)
     demand = []  # seconds of each server resource per worker step
