@@ -27,7 +27,7 @@ import contextlib
 import sys
 from unittest import mock
 
-from repredict_sets import HERE, variant_table, write_change_factors
+from repredict_sets import HERE, coarse_variant_tables, write_change_factors
 
 from sgdscale.coarse import models
 
@@ -52,16 +52,11 @@ def main(argv: list[str]) -> int:
                              "parallel (SHARDS_IN_PARALLEL as shipped) over in series (median over the kept runs), "
                              "per validation variant", args.sets.split(","), {"ps-async"}, args.factors_out, in_series)
         return 0
-    text = ""
-    for method, source in (("coarse", "the set's network file"), ("coarse-nominal", "nominal figures"),
-                           ("coarse-budget", "nominal figures with the nodes' CPU budget")):
-        text += variant_table(argv, "coarse_parallel_shards.py",
-                              f"Coarse async PS: shards in series (before) or in parallel (now), {method}",
-                              f"Error of the median prediction against the median measurement (kept async PS runs, "
-                              f"their own rounds' profiles), from {source}.", args.sets.split(","), {"ps-async"},
-                              [("in series (before)", f"{method}, in series", in_series),
-                               ("in parallel (now)", f"{method}, in parallel", contextlib.nullcontext)],
-                              method=method) + "\n"
+    text = coarse_variant_tables(argv, "coarse_parallel_shards.py",
+                                 "Coarse async PS: shards in series (before) or in parallel (now)",
+                                 "kept async PS runs, their own rounds' profiles", args.sets.split(","), {"ps-async"},
+                                 [("in series (before)", "in series", in_series),
+                                  ("in parallel (now)", "in parallel", contextlib.nullcontext)])
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 

@@ -26,7 +26,7 @@ import contextlib
 import sys
 from unittest import mock
 
-from repredict_sets import HERE, variant_table
+from repredict_sets import HERE, coarse_variant_tables
 
 from sgdscale.coarse import heuristics as hz
 from sgdscale.coarse import models
@@ -54,19 +54,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sets", default=SETS)
     parser.add_argument("--output", default="coarse_shard_pipelines")
     args = parser.parse_args(argv)
-    text = ""
-    for method, source in (("coarse", "the set's network file"), ("coarse-nominal", "nominal figures"),
-                           ("coarse-budget", "nominal figures with the nodes' CPU budget")):
-        text += variant_table(argv, "coarse_shard_pipelines.py",
-                              f"Coarse sync PS with several shards: one pipeline (as shipped) or one per shard, {method}",
-                              f"Error of the median prediction against the median measurement (kept sync PS runs with "
-                              f"two or more shards, their own rounds' profiles), from {source}.",
-                              args.sets.split(","), {"ps-sync"},
-                              [("one pipeline (as shipped)", f"{method}, one pipeline", one_pipeline),
-                               ("per shard, late S/(S+1)", f"{method}, per shard, late S/(S+1)",
-                                per_shard_late_of_all_shards),
-                               ("per shard", f"{method}, per shard", per_shard)],
-                              method=method, only=lambda case: case.ps_count > 1) + "\n"
+    text = coarse_variant_tables(argv, "coarse_shard_pipelines.py",
+                                 "Coarse sync PS with several shards: one pipeline (as shipped) or one per shard",
+                                 "kept sync PS runs with two or more shards, their own rounds' profiles",
+                                 args.sets.split(","), {"ps-sync"},
+                                 [("one pipeline (as shipped)", "one pipeline", one_pipeline),
+                                  ("per shard, late S/(S+1)", "per shard, late S/(S+1)", per_shard_late_of_all_shards),
+                                  ("per shard", "per shard", per_shard)],
+                                 only=lambda case: case.ps_count > 1)
     (HERE / "results" / f"{args.output}.md").write_text(text)
     return 0
 

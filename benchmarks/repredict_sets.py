@@ -101,6 +101,22 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
     return text
 
 
+COARSE_SOURCES = (("coarse", "the set's network file"), ("coarse-nominal", "nominal figures"),
+                  ("coarse-budget", "nominal figures with the nodes' CPU budget"))
+
+
+def coarse_variant_tables(argv: list[str], script: str, title: str, runs: str, set_names: list[str],
+                          strategies: set[str], variants: list[tuple[str, str, Callable[[], ContextManager]]],
+                          only: Callable[[object], bool] | None = None) -> str:
+    """`variant_table` for each coarse prediction a set records (measured file, nominal, budget), one
+    after another; `runs` says which kept runs, each variant's summary name is prefixed by the method."""
+    return "".join(variant_table(argv, script, f"{title}, {method}",
+                                 f"Error of the median prediction against the median measurement ({runs}), "
+                                 f"from {source}.", set_names, strategies,
+                                 [(header, f"{method}, {name}", in_place) for header, name, in_place in variants],
+                                 method=method, only=only) + "\n" for method, source in COARSE_SOURCES)
+
+
 def write_change_factors(generated_by: str, meaning: str, set_names: list[str], strategies: set[str], name: str,
                          before: Callable[[], ContextManager]) -> None:
     """A model change's own effect on each kept case, for `heldout_ranges.py --factors`: per set and case,
