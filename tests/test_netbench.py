@@ -162,6 +162,11 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     assert 70e6 <= allreduce_bps <= 105e6, allreduce_bps
     assert net.environment["mode"] == "emulated" and net.environment["bandwidth_bps"] == 100e6
     assert net.environment["tcp_congestion_control"] in ("cubic", "reno")  # loss-based, whatever the host's
+    # what the rest of the machine did during each launch, the evidence of a disturbed benchmark
+    machine = net.environment["machine"]
+    assert [run["processes"] for run in machine] == [2, 3]
+    assert all(run["wall_s"] > 0 and run["other_load_cores"] >= 0 and run["steal_cores"] >= 0
+               and 0 <= run["max_throttled_periods_fraction"] <= 1 for run in machine)
     # incast (default op): each sender's completion per repeat, and the sharing fit from the 2 MB, 2-sender one
     incast = {(p.workers, p.bytes): p for p in net.points if p.op == "incast"}
     assert {w for w, _ in incast} == {2, 3}

@@ -179,6 +179,10 @@ def network_notes(network) -> list[str]:
         notes.append(f"flows out of one node ({format_bytes(out.bytes)} each): a flow started while another leaves "
                      f"gets weight {out.newcomer_weight:.2f} of the link (1: equal sharing); started together, the "
                      f"first done at {out.first_second_together:.2f} of the second's time")
+    for run in network.environment.get("machine") or []:
+        notes.append(f"meanwhile ({run['processes']} processes, {format_seconds(run['wall_s'])}): the rest of the "
+                     f"machine used {run['other_load_cores'] or 0.0:.2f} cores, {run['steal_cores']:.2f} of them taken by "
+                     "the hypervisor (steal)")
     return notes
 
 

@@ -652,6 +652,7 @@ def run_netbench(
     points: list[BenchPoint] = []
     interference = outcast = message_cpu_s = message_wakeup_s = None
     torch_version = None
+    machine: list[dict[str, Any]] = []
     for count, run_config in runs:
         timeout_s = 60 + 3 * estimate_run_s(run_config, count, bandwidth_hint_bps)
 
@@ -659,8 +660,12 @@ def run_netbench(
             if on_progress is not None:
                 on_progress(base + min(per_rank), total)
 
+        snapshot = getattr(placement, "cpu_snapshot", None)  # an emulated cluster: what the machine did meanwhile
+        before = snapshot() if snapshot else None
         result = launch(BENCH_TARGET, run_config, count, placement=placement, timeout_s=timeout_s,
                         on_progress=progress)
+        if before is not None:
+            machine.append({"processes": count, **machine_summary(placement.cpu_report(before, snapshot()))})
         points += points_from_results(result.results)
         interference = interference_from_results(result.results) or interference
         outcast = outcast_from_results(result.results) or outcast
@@ -675,8 +680,23 @@ def run_netbench(
            "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier; "
                      "incast: rank 0 from a common barrier until every sender's message arrived",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
+    if machine:
+        env["machine"] = machine
     return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast,
                        message_cpu_s=message_cpu_s, message_wakeup_s=message_wakeup_s)
+
+
+def machine_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The part of an emulated cluster's CPU report (`Testbed.cpu_report`) that says whether a
+    benchmark ran on a quiet machine: cores the rest of the machine used (`other_load_cores`), of them
+    what the hypervisor took (`steal_cores`), and the most any node was throttled. Benchmarks taken one after another on this machine
+    move 40% in CPU per byte and up to 25% in link rate (benchmarks/netbench_cpu_samples.py); these
+    say which ones ran beside other load."""
+    nodes = report.get("nodes") or [{}]
+    return {"wall_s": round(report["wall_s"], 3),
+            "other_load_cores": report.get("other_load_cores"),
+            "steal_cores": sum(c.get("steal_cores", 0.0) for c in report.get("cpus") or []),
+            "max_throttled_periods_fraction": max(n.get("throttled_periods_fraction", 0.0) for n in nodes)}
 
 
 def collect_results(directory: str | Path, environment: dict[str, Any] | None = None) -> Network:

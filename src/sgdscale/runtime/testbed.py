@@ -374,15 +374,17 @@ def _split_cores(before: list, after: list, node: int, wall_s: float) -> dict[st
 
 
 def per_cpu_kernel_s() -> dict[int, dict[str, float]]:
-    """Per CPU, seconds since boot spent in the kernel for tasks (`system`) and in softirqs (`softirq`;
-    /proc/stat, sampled at each tick). The network's packet work runs in softirq on the CPU where a
+    """Per CPU, seconds since boot spent in the kernel for tasks (`system`), in softirqs (`softirq`;
+    /proc/stat, sampled at each tick) and taken by the hypervisor (`steal`: this machine is a VM whose
+    host runs others beside it). The network's packet work runs in softirq on the CPU where a
     packet was sent (veth delivers on the sender's CPU)."""
     out = {}
     tick = os.sysconf("SC_CLK_TCK")
     for line in Path("/proc/stat").read_text().splitlines():
         name, *fields = line.split()
         if name.startswith("cpu") and name[3:].isdigit():
-            out[int(name[3:])] = {"system": int(fields[2]) / tick, "softirq": int(fields[6]) / tick}
+            out[int(name[3:])] = {"system": int(fields[2]) / tick, "softirq": int(fields[6]) / tick,
+                                  "steal": int(fields[7]) / tick if len(fields) > 7 else 0.0}
     return out
 
 
@@ -680,7 +682,7 @@ class Testbed:
             })
         busy_s = after.machine_busy_s - before.machine_busy_s
         cpus = [{"cpu": cpu, **{f"{key}_cores": (now[key] - before.per_cpu_kernel_s[cpu][key]) / wall_s
-                                for key in ("system", "softirq")}}
+                                for key in ("system", "softirq", "steal") if key in now}}
                 for cpu, now in sorted(after.per_cpu_kernel_s.items())
                 if cpu in before.per_cpu_kernel_s and wall_s > 0]
         return {"wall_s": wall_s, "cfs_period_us": self.cfs_period_us, "pinned": self.cpu_sets is not None,
