@@ -179,11 +179,31 @@ def network_notes(network) -> list[str]:
         notes.append(f"flows out of one node ({format_bytes(out.bytes)} each): a flow started while another leaves "
                      f"gets weight {out.newcomer_weight:.2f} of the link (1: equal sharing); started together, the "
                      f"first done at {out.first_second_together:.2f} of the second's time")
-    for run in network.environment.get("machine") or []:
-        notes.append(f"meanwhile ({run['processes']} processes, {format_seconds(run['wall_s'])}): the rest of the "
-                     f"machine used {run['other_load_cores'] or 0.0:.2f} cores, {run['steal_cores']:.2f} of them taken by "
-                     "the hypervisor (steal)")
+    notes += launch_lines(network.environment.get("launches") or [])
     return notes
+
+
+def launch_lines(launches: list[dict]) -> list[str]:
+    """One line per benchmark launch on an emulated cluster, or per launch of a worker count measured
+    again because its ping-pong times were unsteady (`sgdscale.runtime.netbench.P2P_STEADY_SPREAD`)."""
+    from sgdscale.runtime.netbench import P2P_STEADY_SPREAD
+
+    lines = []
+    retried = {run["processes"] for run in launches if run.get("attempt", 1) > 1}
+    for run in launches:
+        if "other_load_cores" not in run and run["processes"] not in retried:
+            continue
+        text = f"{run['processes']} processes"
+        if run["processes"] in retried:
+            text += f", attempt {run['attempt']}" + (" (kept)" if run.get("kept") else "")
+        if run.get("p2p_spread") is not None:
+            text += f": largest ping-pong message's time spread {run['p2p_spread']:.1%} over its repeats" + (
+                f" (over {P2P_STEADY_SPREAD:.0%}: a disturbed machine)" if run["p2p_spread"] > P2P_STEADY_SPREAD else "")
+        if run.get("other_load_cores") is not None:
+            text += (f"; meanwhile ({format_seconds(run['wall_s'])}) the rest of the machine used "
+                     f"{run['other_load_cores']:.2f} cores, {run['steal_cores']:.2f} of them taken by the hypervisor (steal)")
+        lines.append(text)
+    return lines
 
 
 def sharing_line(sharing) -> str:

@@ -78,6 +78,15 @@ MESSAGE_BURST = 128  # messages per burst of the per-message CPU measurement (mo
 MESSAGE_BYTES = 4  # one float: the per-byte cost is p2p's
 MESSAGE_ALONE = 16  # messages per direction of the messages-alone measurement
 MESSAGE_GAP_S = 3e-3  # CPU seconds of compute before each of them (past message_cpu.WAKEUP_SPACING_S)
+# A launch whose largest ping-pong message took times spreading more than this over its repeats ran on
+# a disturbed machine: it is measured again, up to UNSTEADY_RETRIES times, and the steadiest attempt
+# kept. In the 196 network files of the held-out sets the spread was at most 3.0% in 90% of them and
+# 6.3% in 98%; of the three above 10%, one (set 71, round 3) fitted the link 25% slow (609 against 812
+# Mbit/s in its other rounds) and moved its predictions 28-37% while its runs moved 1.1%. On this VM
+# while the hypervisor took its CPU, 8 of 14 launches spread 14-59% and their 16 MB times were 0-25%
+# slower (157.9-197.0 ms against 156.9-157.6 for the steady ones) (benchmarks/netbench_steadiness.py).
+P2P_STEADY_SPREAD = 0.10
+UNSTEADY_RETRIES = 2
 
 
 def message_sizes(min_bytes: float, max_bytes: float, points: int) -> list[int]:
@@ -652,27 +661,35 @@ def run_netbench(
     points: list[BenchPoint] = []
     interference = outcast = message_cpu_s = message_wakeup_s = None
     torch_version = None
-    machine: list[dict[str, Any]] = []
+    launches: list[dict[str, Any]] = []  # every launch, retries included: what the machine did meanwhile
+    snapshot = getattr(placement, "cpu_snapshot", None)  # an emulated cluster reports its CPU
     for count, run_config in runs:
         timeout_s = 60 + 3 * estimate_run_s(run_config, count, bandwidth_hint_bps)
+        attempts = []
+        for attempt in range(1 + UNSTEADY_RETRIES):
+            def progress(per_rank: list[int], base: int = done_before) -> None:
+                if on_progress is not None:
+                    on_progress(base + min(per_rank), total)
 
-        def progress(per_rank: list[int], base: int = done_before) -> None:
-            if on_progress is not None:
-                on_progress(base + min(per_rank), total)
-
-        snapshot = getattr(placement, "cpu_snapshot", None)  # an emulated cluster: what the machine did meanwhile
-        before = snapshot() if snapshot else None
-        result = launch(BENCH_TARGET, run_config, count, placement=placement, timeout_s=timeout_s,
-                        on_progress=progress)
-        if before is not None:
-            machine.append({"processes": count, **machine_summary(placement.cpu_report(before, snapshot()))})
+            before = snapshot() if snapshot else None
+            result = launch(BENCH_TARGET, run_config, count, placement=placement, timeout_s=timeout_s,
+                            on_progress=progress)
+            spread = p2p_spread(result.results)
+            launches.append({"processes": count, "attempt": attempt + 1, "p2p_spread": spread,
+                             **(machine_summary(placement.cpu_report(before, snapshot())) if before else {})})
+            attempts.append((spread or 0.0, len(launches) - 1, result))
+            done_before += steps_per_rank(run_config, count)
+            if spread is None or spread <= P2P_STEADY_SPREAD or attempt == UNSTEADY_RETRIES:
+                break
+            total += steps_per_rank(run_config, count)  # measured again: the bar grows
+        _, kept_index, result = min(attempts, key=lambda a: a[0])
+        launches[kept_index]["kept"] = True
         points += points_from_results(result.results)
         interference = interference_from_results(result.results) or interference
         outcast = outcast_from_results(result.results) or outcast
         message_cpu_s = message_cpu_from_results(result.results) or message_cpu_s
         message_wakeup_s = message_wakeup_from_results(result.results) or message_wakeup_s
         torch_version = result.results[0].get("torch")
-        done_before += steps_per_rank(run_config, count)
         if on_progress is not None:
             on_progress(done_before, total)
     env = {"backend": "gloo", "torch": torch_version, "host": platform.node(),
@@ -680,23 +697,27 @@ def run_netbench(
            "timing": "p2p: half round trip on rank 0; allreduce: slowest rank from a common barrier; "
                      "incast: rank 0 from a common barrier until every sender's message arrived",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
-    if machine:
-        env["machine"] = machine
+    env["launches"] = launches
     return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast,
                        message_cpu_s=message_cpu_s, message_wakeup_s=message_wakeup_s)
 
 
 def machine_summary(report: dict[str, Any]) -> dict[str, Any]:
     """The part of an emulated cluster's CPU report (`Testbed.cpu_report`) that says whether a
-    benchmark ran on a quiet machine: cores the rest of the machine used (`other_load_cores`), of them
-    what the hypervisor took (`steal_cores`), and the most any node was throttled. Benchmarks taken one after another on this machine
-    move 40% in CPU per byte and up to 25% in link rate (benchmarks/netbench_cpu_samples.py); these
-    say which ones ran beside other load."""
-    nodes = report.get("nodes") or [{}]
-    return {"wall_s": round(report["wall_s"], 3),
-            "other_load_cores": report.get("other_load_cores"),
-            "steal_cores": sum(c.get("steal_cores", 0.0) for c in report.get("cpus") or []),
-            "max_throttled_periods_fraction": max(n.get("throttled_periods_fraction", 0.0) for n in nodes)}
+    benchmark ran on a quiet machine: cores the rest of the machine used (`other_load_cores`) and, of
+    them, what the hypervisor took for other guests (`steal_cores`)."""
+    return {"wall_s": round(report["wall_s"], 3), "other_load_cores": report.get("other_load_cores"),
+            "steal_cores": sum(c.get("steal_cores", 0.0) for c in report.get("cpus") or [])}
+
+
+def p2p_spread(results: Sequence[dict[str, Any]]) -> float | None:
+    """(max - min) / median of rank 0's kept ping-pong times at the largest size (None: no p2p in
+    this launch). A link that holds still repeats a large message's time closely; see P2P_STEADY_SPREAD."""
+    samples = next((r.get("samples") or {} for r in results if int(r["rank"]) == 0), {}).get("p2p")
+    if not samples:
+        return None
+    times = [t for t in samples[max(samples, key=int)] if t is not None]
+    return (max(times) - min(times)) / statistics.median(times) if len(times) > 1 else None
 
 
 def collect_results(directory: str | Path, environment: dict[str, Any] | None = None) -> Network:
