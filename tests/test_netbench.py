@@ -128,6 +128,10 @@ def test_an_unsteady_launch_is_measured_again_and_the_steadiest_kept(monkeypatch
     # No real link here is unsteady on demand: a bound below any real spread makes every p2p launch
     # "unsteady", so the launch with p2p runs 1 + UNSTEADY_RETRIES times; the later one does not retry.
     monkeypatch.setattr(nb, "P2P_STEADY_SPREAD", -1.0)
+    from sgdscale.hostinfo import wait_for_quiet_host
+    waits = []  # before each retry it waits for a quiet host: here a short real wait, whatever the host does
+    monkeypatch.setattr(nb, "wait_for_quiet_host",
+                        lambda limit: waits.append(limit) or wait_for_quiet_host(limit, window_s=0.2, max_wait_s=0.4))
     bars = []
     network = nb.run_netbench([2, 3], nb.bench_config([4096, 65536, 1 << 20], 3, 1, ["p2p", "allreduce"]),
                                     on_progress=lambda done, total: bars.append((done, total)))
@@ -137,6 +141,8 @@ def test_an_unsteady_launch_is_measured_again_and_the_steadiest_kept(monkeypatch
     kept = [r for r in p2p if r.get("kept")]
     assert len(kept) == 1 and kept[0]["p2p_spread"] == min(r["p2p_spread"] for r in p2p)
     assert launches[-1].get("kept") and launches[-1]["p2p_spread"] is None
+    assert waits == [nb.QUIET_STEAL_CORES] * 2
+    assert all(r["steal_before_retry_cores"] >= 0 for r in p2p[:2]) and "steal_before_retry_cores" not in p2p[2]
     # the fit uses the kept attempt's points only: one p2p point per size
     assert sorted(p.bytes for p in network.points if p.op == "p2p") == [4096, 65536, 1 << 20]
     # the progress bar never runs past its total and ends full
@@ -145,6 +151,20 @@ def test_an_unsteady_launch_is_measured_again_and_the_steadiest_kept(monkeypatch
     from sgdscale.commands.testbed import launch_lines
     text = "\n".join(launch_lines(launches))
     assert "attempt 3" in text and "(kept)" in text and "a disturbed machine" in text
+
+
+def test_waiting_for_a_quiet_host_is_bounded():
+    from sgdscale.hostinfo import steal_s, wait_for_quiet_host
+
+    if steal_s() is None:
+        pytest.skip("this kernel does not report steal")
+    windows = []
+    # no time passes between the two readings: no steal, quiet at once
+    assert wait_for_quiet_host(0.05, sleep=windows.append) == 0.0 and windows == [2.0]
+    # a host that is never quiet enough (limit 0) is waited for at most max_wait_s, then measured anyway
+    windows.clear()
+    assert wait_for_quiet_host(0.0, window_s=1.0, max_wait_s=3.0, sleep=windows.append) == 0.0
+    assert windows == [1.0, 1.0, 1.0]
 
 
 @pytest.mark.dist

@@ -202,6 +202,8 @@ def launch_lines(launches: list[dict]) -> list[str]:
         if run.get("other_load_cores") is not None:
             text += (f"; meanwhile ({format_seconds(run['wall_s'])}) the rest of the machine used "
                      f"{run['other_load_cores']:.2f} cores, {run['steal_cores']:.2f} of them taken by the hypervisor (steal)")
+        if run.get("steal_before_retry_cores") is not None:
+            text += f"; before the next attempt the hypervisor took {run['steal_before_retry_cores']:.2f} cores"
         lines.append(text)
     return lines
 
