@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import platform
 
+# A host is quiet when the hypervisor takes under this many cores of it for other guests (steal).
+# Measurements wait for it (netbench before measuring an unsteady launch again, validate before
+# every run): in set 72 one round's three benchmark launches all ran while it took 0.43-0.60 cores
+# (ping-pong spreads 10-24%, the kept one's link 18% slow), where the other rounds' saw 0.00-0.15.
+QUIET_STEAL_CORES = 0.05
+
 
 def cpu_model() -> str:
     """The host CPU's model name (from /proc/cpuinfo), or the platform's best guess."""

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from sgdscale.errors import UserError
+from sgdscale.hostinfo import QUIET_STEAL_CORES, wait_for_quiet_host
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.units import format_bandwidth
 from sgdscale.window import MAX_WINDOW_FACTOR, window_steps
@@ -485,6 +486,10 @@ class Validator:
 
         self.ensure_profile(case.spec, round_index)  # before the run, so a failing profile costs no run
         network = self.ensure_network(case.bandwidth_bps, round_index)
+        # a run beside a spell of steal measures the host, not the case: wait for it to pass (at most a minute)
+        steal_before = wait_for_quiet_host(QUIET_STEAL_CORES)
+        if steal_before is not None and steal_before >= QUIET_STEAL_CORES:
+            self.log(f"the hypervisor still takes {steal_before:.2f} cores of this machine after a minute; measuring anyway")
         started = time.time()
         measurement = self.measure_case(case)
         save_measurement(measurement, self.measurement_path(case, round_index))
@@ -499,6 +504,7 @@ class Validator:
             "cpu": measurement.environment.cpu,
             "tcp": measurement.environment.network,  # retransmissions, timeouts and queue drops
             "network": network.name,
+            "steal_before_cores": steal_before,  # what the hypervisor took just before the run
         }
         return self.predict_run(case, run)
 

@@ -66,7 +66,7 @@ from typing import Any
 from sgdscale.comm.network import (AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, Outcast, fit_alpha_beta,
                                    sharing_from_points)
 from sgdscale.errors import UserError
-from sgdscale.hostinfo import wait_for_quiet_host
+from sgdscale.hostinfo import QUIET_STEAL_CORES, wait_for_quiet_host
 
 BENCH_TARGET = "sgdscale.runtime.netbench:bench_rank"
 OPS = ("p2p", "allreduce", "incast", "outcast", "overlap")
@@ -88,10 +88,6 @@ MESSAGE_GAP_S = 3e-3  # CPU seconds of compute before each of them (past message
 # slower (157.9-197.0 ms against 156.9-157.6 for the steady ones) (benchmarks/netbench_steadiness.py).
 P2P_STEADY_SPREAD = 0.10
 UNSTEADY_RETRIES = 2
-# Before measuring again, wait (up to a minute) until the hypervisor takes under this many cores: in
-# set 72 one round's three launches all ran while it took 0.43-0.60 cores (spreads 10-24%, the kept
-# one's link 18% slow), where the other rounds' launches saw 0.00-0.15.
-QUIET_STEAL_CORES = 0.05
 
 
 def message_sizes(min_bytes: float, max_bytes: float, points: int) -> list[int]:
