@@ -259,7 +259,10 @@ def netbench(output, workers, min_size, max_size, points, repeats, warmup, ops, 
       torchrun --nnodes 4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
         -m sgdscale.runtime.rank --target sgdscale.runtime.netbench:bench_rank --config nb.json --out res
       sgdscale netbench --collect res -o cluster.json
-    Time-sensitive: on a shared machine run it under `flock /tmp/sgdscale-cpu.lock`.
+    Time-sensitive: on a shared machine run it under `flock /tmp/sgdscale-cpu.lock`. Here or with
+    --emulate, a launch whose largest ping-pong repeats unsteadily (times spreading over 10%: a disturbed
+    machine) is measured again, up to twice, once the hypervisor takes under 0.05 cores; the file records
+    every attempt.
     """
     from sgdscale.interrupts import preload_torch
 
