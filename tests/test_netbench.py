@@ -153,18 +153,33 @@ def test_an_unsteady_launch_is_measured_again_and_the_steadiest_kept(monkeypatch
     assert "attempt 3" in text and "(kept)" in text and "a disturbed machine" in text
 
 
-def test_waiting_for_a_quiet_host_is_bounded():
-    from sgdscale.hostinfo import steal_s, wait_for_quiet_host
+def test_waiting_for_a_quiet_host_is_bounded(monkeypatch):
+    from sgdscale import hostinfo
 
-    if steal_s() is None:
-        pytest.skip("this kernel does not report steal")
+    # the hypervisor's clock (/proc/stat's steal) as a counter the waits' sleeps advance: the wait's
+    # own logic, whatever this machine's host does right now
+    stolen = {"s": 0.0, "cores": 0.0}
+    monkeypatch.setattr(hostinfo, "steal_s", lambda: stolen["s"])
     windows = []
-    # no time passes between the two readings: no steal, quiet at once
-    assert wait_for_quiet_host(0.05, sleep=windows.append) == 0.0 and windows == [2.0]
-    # a host that is never quiet enough (limit 0) is waited for at most max_wait_s, then measured anyway
+
+    def sleep(seconds):
+        windows.append(seconds)
+        stolen["s"] += stolen["cores"] * seconds
+
+    # no steal: quiet after one window
+    assert hostinfo.wait_for_quiet_host(0.05, sleep=sleep) == 0.0 and windows == [2.0]
+    # a host that is never quiet enough is waited for at most max_wait_s, then measured anyway
     windows.clear()
-    assert wait_for_quiet_host(0.0, window_s=1.0, max_wait_s=3.0, sleep=windows.append) == 0.0
+    stolen["cores"] = 0.5
+    assert hostinfo.wait_for_quiet_host(0.05, window_s=1.0, max_wait_s=3.0, sleep=sleep) == 0.5
     assert windows == [1.0, 1.0, 1.0]
+    # a kernel that does not report steal: nothing to wait for
+    monkeypatch.setattr(hostinfo, "steal_s", lambda: None)
+    windows.clear()
+    assert hostinfo.wait_for_quiet_host(0.05, sleep=sleep) is None and windows == []
+    # this machine's own reading, where it has one, counts up from boot
+    monkeypatch.undo()
+    assert hostinfo.steal_s() is None or hostinfo.steal_s() >= 0
 
 
 @pytest.mark.dist
