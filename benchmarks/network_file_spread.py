@@ -40,6 +40,25 @@ def fits(path: Path) -> dict[str, float | None]:
             "sharing sigma": (data.get("sharing") or {}).get("weight_sigma")}
 
 
+def per_round_sets(first: int, last: int) -> list[int]:
+    """The held-out sets numbered first..last that ran and benchmarked the network every round."""
+    return [n for n in range(first, last + 1)
+            if (HERE / "grids" / f"heldout{n}.json").exists()
+            and (HERE / "results" / f"accuracy-heldout{n}" / "results.json").exists()
+            and json.loads((HERE / "grids" / f"heldout{n}.json").read_text()).get("network_per_round")]
+
+
+def replays_with_round_files(first: int, last: int):
+    """(set, its folder, case row) for every replay case of those sets with two runs or more, each
+    predicted from its round's network file."""
+    for n in per_round_sets(first, last):
+        folder = HERE / "results" / f"accuracy-heldout{n}"
+        for case in json.loads((folder / "results.json").read_text())["cases"]:
+            runs = case.get("runs") or []
+            if case["kind"] == "replay" and len(runs) >= 2 and all(r.get("network") for r in runs):
+                yield n, folder, case
+
+
 def pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -57,29 +76,20 @@ def main(argv: list[str]) -> int:
              "files' p2p rate | files' CPU per byte | files' sharing sigma |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     columns: dict[str, dict[str, list[float]]] = {}
-    for n in range(args.first, args.last + 1):
-        grid = HERE / "grids" / f"heldout{n}.json"
-        folder = HERE / "results" / f"accuracy-heldout{n}"
-        if not grid.exists() or not (folder / "results.json").exists():
-            continue
-        if not json.loads(grid.read_text()).get("network_per_round"):
-            continue
-        for case in json.loads((folder / "results.json").read_text())["cases"]:
-            runs = case.get("runs") or []
-            if case["kind"] != "replay" or len(runs) < 2 or not all(r.get("network") for r in runs):
-                continue
-            files = [fits(folder / "networks" / r["network"]) for r in runs]
-            row = {"runs": spread([r["measured_throughput"] for r in runs])}
-            for method in ("fine", "coarse", "fine-nominal"):
-                row[method] = spread([r["predicted_throughput"].get(method) for r in runs])
-            for key in ("p2p Mbit/s", "CPU ns/B (wall)", "sharing sigma"):
-                row[key] = spread([f[key] for f in files])
-            for key, value in row.items():
-                if value is not None:
-                    columns.setdefault(case["strategy"], {}).setdefault(key, []).append(value)
-                    columns.setdefault("all", {}).setdefault(key, []).append(value)
-            lines.append(f"| {n} | {case['key']} | " + " | ".join(pct(row[k]) for k in (
-                "runs", "fine", "coarse", "fine-nominal", "p2p Mbit/s", "CPU ns/B (wall)", "sharing sigma")) + " |")
+    for n, folder, case in replays_with_round_files(args.first, args.last):
+        runs = case["runs"]
+        files = [fits(folder / "networks" / r["network"]) for r in runs]
+        row = {"runs": spread([r["measured_throughput"] for r in runs])}
+        for method in ("fine", "coarse", "fine-nominal"):
+            row[method] = spread([r["predicted_throughput"].get(method) for r in runs])
+        for key in ("p2p Mbit/s", "CPU ns/B (wall)", "sharing sigma"):
+            row[key] = spread([f[key] for f in files])
+        for key, value in row.items():
+            if value is not None:
+                columns.setdefault(case["strategy"], {}).setdefault(key, []).append(value)
+                columns.setdefault("all", {}).setdefault(key, []).append(value)
+        lines.append(f"| {n} | {case['key']} | " + " | ".join(pct(row[k]) for k in (
+            "runs", "fine", "coarse", "fine-nominal", "p2p Mbit/s", "CPU ns/B (wall)", "sharing sigma")) + " |")
     lines += ["", "| strategy | cases | runs' spread | fine, files | coarse, files | fine, nominal (control) | "
               "files' p2p rate | files' CPU per byte | files' sharing sigma |", "|---|---:|" + "---:|" * 7]
     for strategy, values in sorted(columns.items()):

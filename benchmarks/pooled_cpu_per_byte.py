@@ -30,6 +30,7 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+from network_file_spread import per_round_sets, replays_with_round_files
 from repredict_sets import variant_table
 
 import sgdscale.comm as comm_package
@@ -71,26 +72,16 @@ def round_correlations(first: int, last: int) -> list[str]:
     """Over the PS replays with a file per round: how the rounds' moves of the file's CPU per byte,
     of the fine prediction and of the runs go together (deviations of logs from the case's mean)."""
     cpu, fine, runs = [], [], []
-    for n in range(first, last + 1):
-        grid, folder = HERE / "grids" / f"heldout{n}.json", HERE / "results" / f"accuracy-heldout{n}"
-        if not grid.exists() or not (folder / "results.json").exists():
+    for _, folder, case in replays_with_round_files(first, last):
+        kept = case["runs"]
+        per_byte = [(json.loads((folder / "networks" / r["network"]).read_text()).get("cpu") or {})
+                    .get("p2p_s_per_byte") for r in kept]
+        if not case["strategy"].startswith("ps") or None in per_byte:
             continue
-        if not json.loads(grid.read_text()).get("network_per_round"):
-            continue
-        for case in json.loads((folder / "results.json").read_text())["cases"]:
-            kept = case.get("runs") or []
-            if case["kind"] != "replay" or len(kept) < 2 or not case["strategy"].startswith("ps"):
-                continue
-            if not all(r.get("network") for r in kept):
-                continue
-            per_byte = [(json.loads((folder / "networks" / r["network"]).read_text()).get("cpu") or {})
-                        .get("p2p_s_per_byte") for r in kept]
-            if None in per_byte:
-                continue
-            for out, values in ((cpu, per_byte), (fine, [r["predicted_throughput"]["fine"] for r in kept]),
-                                (runs, [r["measured_throughput"] for r in kept])):
-                logs = [math.log(v) for v in values]
-                out += [x - statistics.mean(logs) for x in logs]
+        for out, values in ((cpu, per_byte), (fine, [r["predicted_throughput"]["fine"] for r in kept]),
+                            (runs, [r["measured_throughput"] for r in kept])):
+            logs = [math.log(v) for v in values]
+            out += [x - statistics.mean(logs) for x in logs]
     return [f"Over {len(runs)} runs of the PS replays of sets {first}-{last} (each against its case's mean, "
             "in logs): correlation of the round's CPU per byte with the run "
             f"{np.corrcoef(cpu, runs)[0, 1]:+.2f}, of the recorded fine prediction with the run "
@@ -106,10 +97,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--method", default="fine")
     parser.add_argument("--output", default="pooled_cpu_per_byte")
     args = parser.parse_args(argv)
-    sets = [f"heldout{n}" for n in range(args.first, args.last + 1)
-            if (HERE / "grids" / f"heldout{n}.json").exists()
-            and (HERE / "results" / f"accuracy-heldout{n}" / "results.json").exists()
-            and json.loads((HERE / "grids" / f"heldout{n}.json").read_text()).get("network_per_round")]
+    sets = [f"heldout{n}" for n in per_round_sets(args.first, args.last)]
     variants = [("each round's file", "as is", contextlib.nullcontext),
                 ("CPU per byte pooled over rounds", "pooled",
                  lambda: mock.patch.object(comm_package, "load_network", lambda path: with_pooled_cpu(str(path))))]
