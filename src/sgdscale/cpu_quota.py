@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 # Whether predictions replay the quota where they can (profiled_quota): modelled, measured, not used.
 # The effect is real on one node (`benchmarks/cfs_idle_speed.py`, mlp at 0.40 cores: forward +
 # backward 32.7 ms back to back, 23.0-24.4 ms after a 5-50 ms sleep; this replay gives 29.4-31.0;
@@ -33,6 +35,17 @@ REPLAYED = False
 # moves bytes is not idle. Measured on the same runs: median 8.8% (as without the replay), max 46.5%
 # -> 47.3%, mean signed +4.3% -> +5.5%; mlp's set 37 sync misses -25.3% / -30.5% -> -21.5% / -25.4%.
 WORKER_TRANSPORT_ON_BUDGET = True
+
+# Whether the fine all-reduce method replays each node's budget where it can (profiled_quota): the
+# optimizer after the wait for the all-reduce, and the next step's data and forward, run on a budget
+# that refilled while the node waited (NodeBudgets). Measured on every kept real all-reduce run of
+# sets 1-72 (benchmarks/allreduce_step_parts.py): an optimizer whose CPU fits one period's budget ran
+# at 0.32x its profiled time (quota 0.36 in the median; 147 runs). Re-predicted with it
+# (benchmarks/allreduce_refill_tuning.py, a tuning look): at the runs' own compute speed 5.9% / 17.6%
+# -> 3.5% / 15.4% (41 cases, mean -3.4% -> +0.2%); from the profiles as measured 4.3% / 28.4% ->
+# 5.5% / 34.8% (94 cases, mean +2.6% -> +6.5%: the runs' compute is slower than their profiles',
+# which the missing refill hid). Held out on set 73 (benchmarks/grids/heldout73.json states the rule).
+ALLREDUCE_REFILLED = True
 
 # The testbed's CFS period (`sgdscale.runtime.testbed.CFS_PERIOD_US`), used for network files that
 # do not record the period their quota ran under.
@@ -99,18 +112,65 @@ class QuotaClock:
         return out
 
 
-def profiled_quota(profile, comm) -> tuple[float, float] | None:
+def profiled_quota(profile, comm, replayed: bool | None = None) -> tuple[float, float] | None:
     """(cores, period seconds) of the quota to replay per node, where the nodes' quota (`comm.node_quota`,
     from a network file measured under it) is the one the profile's times were taken under (its
     provenance's `cpu_quota_cores`); None otherwise: times from elsewhere do not say how much CPU
-    they hold, and a replay's sleeps take none."""
-    if not REPLAYED:
+    they hold, and a replay's sleeps take none. `replayed`: whether the caller's method replays it
+    (default `REPLAYED`, the PS methods')."""
+    if not (REPLAYED if replayed is None else replayed):
         return None
     nodes = getattr(comm, "node_quota", None)
     profiled = (profile.provenance or {}).get("cpu_quota_cores")
     if nodes is None or profiled is None or abs(float(profiled) - nodes[0]) > 1e-6:
         return None
     return nodes
+
+
+class NodeBudgets:
+    """`QuotaClock` for many nodes at once (numpy arrays, one entry per node), for the vectorized
+    all-reduce recurrence: each node's CFS budget, its periods offset as in `node_clocks`."""
+
+    __slots__ = ("quota", "period_s", "budget_s", "offset_s", "boundary_s", "left_s")
+
+    def __init__(self, quota_cores: float, period_s: float, count: int) -> None:
+        if not (quota_cores > 0 and period_s > 0):
+            raise ValueError(f"a CPU quota needs positive cores and period, got {quota_cores}, {period_s}")
+        self.quota, self.period_s = quota_cores, period_s
+        self.budget_s = quota_cores * period_s
+        self.offset_s = (np.arange(count) * 0.6180339887) % 1.0 * period_s
+        self.boundary_s = self.offset_s + period_s  # the end of each node's current period
+        self.left_s = np.full(count, self.budget_s)
+
+    def spent_at(self, t_s) -> None:
+        """Each node ran throttled up to `t_s`: its current period's budget is gone (a phase longer than
+        a period, timed at its saturated speed, ends that way)."""
+        t = np.asarray(t_s, dtype=float)
+        self.boundary_s = self.offset_s + (np.floor((t - self.offset_s) / self.period_s) + 1.0) * self.period_s
+        self.left_s = np.zeros_like(self.boundary_s)
+
+    def run(self, start_s, saturated_s):
+        """When each node's phase ends: begun at `start_s`, timed at `saturated_s` by a profile under
+        this quota (CPU = saturated x quota); a period that began while the node waited starts full."""
+        start = np.asarray(start_s, dtype=float)
+        saturated = np.asarray(saturated_s, dtype=float)
+        if self.quota >= 1.0:
+            return start + saturated
+        period, budget = self.period_s, self.budget_s
+        cpu = saturated * self.quota
+        fresh = start >= self.boundary_s  # periods that began while the node waited
+        boundary = np.where(fresh, self.boundary_s + (np.floor((start - self.boundary_s) / period) + 1.0) * period,
+                            self.boundary_s)
+        left = np.where(fresh, budget, self.left_s)
+        usable = np.minimum(left, boundary - start)
+        within = cpu <= usable
+        rest = cpu - usable
+        full = np.maximum(np.ceil(rest / budget) - 1.0, 0.0)  # whole budgets before the last, partial one
+        last = rest - full * budget
+        end = np.where(within, start + cpu, boundary + full * period + last)
+        self.boundary_s = np.where(within, boundary, boundary + (full + 1.0) * period)
+        self.left_s = np.where(within, left - cpu, budget - last)
+        return end
 
 
 def node_clocks(quota: tuple[float, float] | None, count: int, first_node: int = 0) -> list[QuotaClock] | None:

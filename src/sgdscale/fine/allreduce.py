@@ -57,6 +57,8 @@ from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import interference_of, stream_with_interference
 from sgdscale.comm.streams import collectives_at_once, shared_schedule_s
+from sgdscale import cpu_quota
+from sgdscale.cpu_quota import NodeBudgets, profiled_quota
 from sgdscale.comm.topology import Topology
 from sgdscale.variability import ComputeSampler
 from sgdscale.grouping import GradGroup, backward_done_s, group_gradients, ready_offsets_s
@@ -108,6 +110,11 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
         class_offsets = (tables.offsets[:, None, :] * speeds[None, :, None]).reshape(n_classes, n_groups)
         class_latest = np.empty(n_classes)
 
+    # Each node's CFS budget, where the profile was timed under the nodes' quota (cpu_quota.ALLREDUCE_REFILLED):
+    # the optimizer after the wait for the all-reduce, and the next data and forward, run on a budget that
+    # refilled while the node waited, not at the throttled speed the profile timed them at.
+    quota = profiled_quota(profile, topology.nic, replayed=cpu_quota.ALLREDUCE_REFILLED) if n_groups else None
+    budgets = NodeBudgets(quota[0], quota[1], width) if quota is not None else None
     start = np.zeros(width)  # when each worker begins its next iteration
     previous_end = 0.0
     total = warmup + iterations
@@ -128,8 +135,9 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
         else:
             pre, fwd, bwd, opt, offsets = fixed
         # DDP's buffer broadcast holds every forward until the last worker has its data and the tree is done
-        forward_start = start + pre if broadcast_s <= 0 else np.full(width, float((start + pre).max()) + broadcast_s)
-        backward_start = forward_start + fwd
+        pre_end = start + pre if budgets is None else budgets.run(start, pre)
+        forward_start = pre_end if broadcast_s <= 0 else np.full(width, float(pre_end.max()) + broadcast_s)
+        backward_start = forward_start + fwd if budgets is None else budgets.run(forward_start, fwd)
         backward_end = backward_start + bwd
         if n_groups:
             if by_class:
@@ -151,22 +159,29 @@ def simulate_allreduce(profile: Profile, cluster: Cluster, strategy: Strategy, c
             if slots > 1:  # gloo's threads: collectives share the link (comm.streams)
                 comm_start, comm_ends, lanes = shared_schedule_s(ready, comm_start, comm_ends, costs, slots)
             comm_end = float(comm_ends.max())
-            step_end = finalized_s(backward_end, comm_ends, copy_back) + opt  # DDP's copies back, if any
+            opt_start = finalized_s(backward_end, comm_ends, copy_back)  # DDP's copies back, if any
+            if budgets is None:
+                step_end = opt_start + opt
+            else:
+                budgets.spent_at(backward_end)  # backward ran throttled to its end
+                step_end = budgets.run(opt_start, opt)
         else:
             comm_start, comm_end, lanes = np.zeros(0), float("-inf"), None
+            opt_start = backward_end
             step_end = backward_end + opt
         cluster_end = float(step_end.max())
         if k >= warmup:
             i = k - warmup
             steps[i] = cluster_end - previous_end
-            compute[i] = float(np.mean(pre + fwd + bwd + opt))
+            compute[i] = float(np.mean((pre_end - start) + (backward_start - forward_start) + bwd
+                                       + (step_end - opt_start)))
             exposed[i] = max(comm_end - float(backward_end.max()), 0.0) + broadcast_s
             if events is not None and i < spec.iterations:
                 durations = costs if interference is None and lanes is None else comm_ends - comm_start
                 _record(events, profile, sampler, groups, durations, rows, trace_workers, identical, start,
                         backward_end, comm_start, comm_end, step_end, k, stretch_backward=interference is not None,
                         max_events=max_events, alike_label=not spec.all_workers, forward_start=forward_start,
-                        lanes=lanes)
+                        lanes=lanes, backward_start=backward_start, optimizer_start=np.broadcast_to(opt_start, (width,)))
         previous_end = cluster_end
         start = step_end
 
@@ -228,14 +243,17 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
             backward_end: np.ndarray, comm_start: np.ndarray, comm_end: float, step_end: np.ndarray,
             iteration: int, stretch_backward: bool = False, max_events: int = TIMELINE_MAX_EVENTS,
             alike_label: bool = True, forward_start: np.ndarray | None = None,
-            lanes: np.ndarray | None = None) -> None:
+            lanes: np.ndarray | None = None, backward_start: np.ndarray | None = None,
+            optimizer_start: np.ndarray | None = None) -> None:
     """Append one iteration of the traced workers and the communication stream (capped).
 
     Identical workers are simulated as one: with `alike_label` it is drawn once as "worker 0 (all N
     alike)", else once per traced worker (a side-by-side with a real run wants every worker).
     `stretch_backward`: backward ran slower under interference; its layers are drawn stretched evenly
     to end at `backward_end` (the model knows the total, not how the slowdown fell on each layer).
-    `lanes`: the thread each collective ran on where several share the link (one track each)."""
+    `lanes`: the thread each collective ran on where several share the link (one track each).
+    `backward_start`, `optimizer_start`: where the node's CFS budget moved them (cpu_quota.NodeBudgets);
+    data, forward and optimizer are then drawn shrunk evenly to fit."""
     if len(events) >= max_events:
         return
     names = [layer.name for layer in profile.layers]
@@ -247,16 +265,25 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
         process = f"worker {worker}" + (f" (all {sampler.workers} alike)" if alike else "")
         t = float(start[col])
         args = {"iteration": iteration}
-        for label, duration in (("data", sampler.data_table_s[row] * scale), ("h2d", sampler.h2d_table_s[row] * scale)):
+        pre = (("data", sampler.data_table_s[row] * scale), ("h2d", sampler.h2d_table_s[row] * scale))
+        pre_s = float(sum(duration for _, duration in pre))
+        shrink = 1.0
+        if forward_start is not None and pre_s > 0 and float(forward_start[col]) < t + pre_s:
+            shrink = (float(forward_start[col]) - t) / pre_s
+        for label, duration in pre:
             if duration > 0:
-                events.append(TraceEvent(label, t, float(duration), process, "compute", args))
-                t += float(duration)
+                events.append(TraceEvent(label, t, float(duration) * shrink, process, "compute", args))
+                t += float(duration) * shrink
         if forward_start is not None and float(forward_start[col]) > t + 1e-12:  # DDP's buffer broadcast (and its wait)
             events.append(TraceEvent("broadcast buffers", t, float(forward_start[col]) - t, process, "compute", args))
             t = float(forward_start[col])
-        for index, duration in enumerate(sampler.forward_table_s[row] * scale):
-            events.append(TraceEvent(f"forward {names[index]}", t, float(duration), process, "compute", args))
-            t += float(duration)
+        forward = sampler.forward_table_s[row] * scale
+        shrink = 1.0
+        if backward_start is not None and float(forward.sum()) > 0:
+            shrink = (float(backward_start[col]) - t) / float(forward.sum())
+        for index, duration in enumerate(forward):
+            events.append(TraceEvent(f"forward {names[index]}", t, float(duration) * shrink, process, "compute", args))
+            t += float(duration) * shrink
         stretch = 1.0
         alone_s = float(sampler.backward_table_s[row].sum() * scale)
         if stretch_backward and alone_s > 0:
@@ -267,6 +294,9 @@ def _record(events: list[TraceEvent], profile: Profile, sampler: ComputeSampler,
             t += duration
         opt_s = float(sampler.optimizer_table_s[row] * scale)
         opt_start = float(step_end[col]) - opt_s
+        if optimizer_start is not None:
+            opt_start = float(optimizer_start[col])
+            opt_s = float(step_end[col]) - opt_start
         if opt_start > float(backward_end[col]):
             events.append(TraceEvent("wait for all-reduce", float(backward_end[col]),
                                      opt_start - float(backward_end[col]), process, "compute", args))
