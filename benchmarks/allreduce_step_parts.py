@@ -19,7 +19,9 @@ budget (`cpu_quota.QuotaClock`: backward runs throttled to its end, the node the
 predicted wait, the optimizer and the next data and forward run on the clock; averaged over 16
 phases of the period): the recorded fine prediction's step less the time that saves. The wait's own
 transport CPU is not charged here (the gloo threads' share of the budget), so this is the most the
-refill can move.
+refill can move. Predictions are the fine method's as `sgdscale validate` makes them, re-predicted
+without its own replay of the refill (`cpu_quota.ALLREDUCE_REFILLED` off, as every set but 73
+recorded them; they agree with the recorded ones there).
 
     .venv/bin/python benchmarks/allreduce_step_parts.py [--sets heldout,heldout2,...] [--output allreduce_step_parts]
 
@@ -33,9 +35,11 @@ import collections
 import json
 import statistics
 import sys
+from unittest import mock
 
-from repredict_sets import HERE, kept_cases
+from repredict_sets import HERE, current, kept_cases
 
+import sgdscale.cpu_quota as cpu_quota
 from sgdscale.cpu_quota import QuotaClock
 from sgdscale.report.timeline import predicted_events
 from sgdscale.validation import at_run_speed
@@ -116,6 +120,11 @@ def refill_saving_s(per_step: dict, quota_cores: float, period_s: float) -> floa
 
 
 def main(argv: list[str]) -> int:
+    with mock.patch.object(cpu_quota, "ALLREDUCE_REFILLED", False):  # the model the sets recorded
+        return parts_table(argv)
+
+
+def parts_table(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", help="comma-separated set names (default: every accuracy-heldout* with results)")
     parser.add_argument("--output", default="allreduce_step_parts")
@@ -142,25 +151,26 @@ def main(argv: list[str]) -> int:
             cores, period_s = quota
             _, flat = predicted_parts(profile, cluster, strategy, comm, False) if variability else (None, per_step)
             saving_s = refill_saving_s(flat, cores, period_s)
-            recorded = run["predicted_throughput"]["fine"]
+            predicted_fine = current(validator, case, round_index, ["fine"])["fine"]
             samples_per_step = case.workers * profile.batch_size
-            refilled = samples_per_step / (samples_per_step / recorded - saving_s)
+            refilled = samples_per_step / (samples_per_step / predicted_fine - saving_s)
             at_speed = {}
-            if reference_s is not None and "fine-run-speed" in run["predicted_throughput"]:
+            if reference_s is not None:
                 # the same at the run's own compute speed: the model apart from the machine's drift
                 _, flat_at_speed = predicted_parts(at_run_speed(profile, reference_s), cluster, strategy, comm, False)
-                recorded_at_speed = run["predicted_throughput"]["fine-run-speed"]
+                predicted_at_speed = current(validator, case, round_index, ["fine-run-speed"], reference_s)["fine-run-speed"]
                 at_speed_saving_s = refill_saving_s(flat_at_speed, cores, period_s)
-                at_speed = {"error_run_speed": recorded_at_speed / run["measured_throughput"] - 1,
+                at_speed = {"profile_over_run_speed": predicted_fine / predicted_at_speed,
+                            "error_run_speed": predicted_at_speed / run["measured_throughput"] - 1,
                             "error_run_speed_refilled": samples_per_step / (
-                                samples_per_step / recorded_at_speed - at_speed_saving_s) / run["measured_throughput"] - 1}
+                                samples_per_step / predicted_at_speed - at_speed_saving_s) / run["measured_throughput"] - 1}
             rows.append({"set": name, "case": case.key, "model": case.spec.label.split("-")[0], "round": round_index,
                          "workers": case.workers, "quota_cores": cores, "period_ms": 1e3 * period_s,
                          "measured_ms": measured, "predicted_ms": predicted,
                          "profiled_optimizer_ms": 1e3 * profile.step.optimizer_s,
                          "optimizer_fits_one_budget": profile.step.optimizer_s <= period_s,  # its CPU (x quota) within quota x period
                          "refill_saving_ms": 1e3 * saving_s,
-                         "error": recorded / run["measured_throughput"] - 1,
+                         "error": predicted_fine / run["measured_throughput"] - 1,
                          "error_refilled": refilled / run["measured_throughput"] - 1, **at_speed})
             print(f"{name} {case.key} r{round_index}: error {rows[-1]['error']:+.1%}, "
                   f"refilled {rows[-1]['error_refilled']:+.1%}", file=sys.stderr)
@@ -176,12 +186,20 @@ def _median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _quartiles(values) -> str:
+    values = sorted(values)
+    if len(values) < 2:
+        return "-"
+    low, _, high = statistics.quantiles(values, n=4)
+    return f"{low:.3f}-{high:.3f}"
+
+
 def report(rows: list[dict], argv: list[str]) -> str:
     lines = ["# A real all-reduce step's parts, measured against the fine prediction", "",
              f"Generated by `benchmarks/allreduce_step_parts.py {' '.join(argv)}`. Per case: medians over its kept "
              "runs of measured minus predicted (ms) for each part (forward: data, DDP's buffer broadcast, forward, "
              "loss; backward: with the wait for the all-reduce), the measured optimizer over the profiled one, the "
-             "fine method's error as recorded and with the optimizer and next forward replayed on a refilled CFS "
+             "fine method's error (re-predicted without the refill, as every set but 73 recorded it) and with the optimizer and next forward replayed on a refilled CFS "
              "budget (`refilled`; the saving in ms).", "",
              "| set | case | quota (cores) | step measured (ms) | forward | backward + wait | optimizer | step | "
              "optimizer measured / profiled | error | saving (ms) | error, refilled |",
@@ -201,7 +219,7 @@ def report(rows: list[dict], argv: list[str]) -> str:
                      f"{_median(r['error'] for r in group):+.1%} | {_median(r['refill_saving_ms'] for r in group):.1f} | "
                      f"{_median(r['error_refilled'] for r in group):+.1%} |")
     lines += ["", "Per model, every run: medians of measured minus predicted (ms), of the optimizer's measured over "
-              "profiled time, and of the fine method's error (absolute and signed) as recorded and refilled.", "",
+              "profiled time, and of the fine method's error (absolute and signed) without and with the refill.", "",
               "| model | runs | forward | backward + wait | optimizer | step | optimizer measured / profiled | "
               "abs error | abs error, refilled | signed error | signed, refilled |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -216,9 +234,12 @@ def report(rows: list[dict], argv: list[str]) -> str:
     with_reference = [r for r in rows if "error_run_speed" in r]
     lines += ["", "At the run's own compute speed (`fine-run-speed`: the profile scaled to the plain steps each run "
               "timed on its nodes around its window; runs since that reference was recorded): the model's error apart "
-              "from the machine's drift between profile and run, as recorded and refilled.", "",
-              "| model | runs | abs error | abs error, refilled | signed error | signed, refilled |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "from the machine's drift between profile and run, without and with the refill; and the fine "
+              "prediction from the profile over the one at the run's speed (above 1: the run's compute was slower than "
+              "its profile's).", "",
+              "| model | runs | abs error | abs error, refilled | signed error | signed, refilled | "
+              "profile over run speed: median | quartiles |",
+              "|---|---:|---:|---:|---:|---:|---:|---|"]
     by_model_ref: dict[str, list[dict]] = collections.defaultdict(list)
     for row in with_reference:
         by_model_ref[row["model"]].append(row)
@@ -226,21 +247,20 @@ def report(rows: list[dict], argv: list[str]) -> str:
         lines.append(f"| {model} | {len(group)} | {_median(abs(r['error_run_speed']) for r in group):.1%} | "
                      f"{_median(abs(r['error_run_speed_refilled']) for r in group):.1%} | "
                      f"{_median(r['error_run_speed'] for r in group):+.1%} | "
-                     f"{_median(r['error_run_speed_refilled'] for r in group):+.1%} |")
+                     f"{_median(r['error_run_speed_refilled'] for r in group):+.1%} | "
+                     f"{_median(r['profile_over_run_speed'] for r in group):.3f} | {_quartiles(r['profile_over_run_speed'] for r in group)} |")
     fits = [r for r in rows if r["optimizer_fits_one_budget"]]
     spills = [r for r in rows if not r["optimizer_fits_one_budget"]]
     lines += ["", "The optimizer after the wait, measured over profiled, by whether its CPU (profiled time x quota) "
               "fits one period's budget (quota x period): on a refilled budget such an optimizer runs at a core's "
               "speed, about quota x its profiled time; a longer one saves at most one budget.", "",
-              "| optimizer's CPU | runs | measured / profiled: median | lower quartile | upper quartile | quota (median) |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| optimizer's CPU | runs | measured / profiled: median | quartiles | quota (median) |",
+              "|---|---:|---:|---|---:|"]
     for label, group in (("fits one budget", fits), ("spans several", spills)):
-        if len(group) < 2:
-            continue
-        ratios = sorted(r["measured_ms"]["optimizer"] / r["profiled_optimizer_ms"] for r in group)
-        quartiles = statistics.quantiles(ratios, n=4)
-        lines.append(f"| {label} | {len(group)} | {statistics.median(ratios):.2f} | {quartiles[0]:.2f} | "
-                     f"{quartiles[2]:.2f} | {_median(r['quota_cores'] for r in group):.2f} |")
+        ratios = [r["measured_ms"]["optimizer"] / r["profiled_optimizer_ms"] for r in group]
+        if ratios:
+            lines.append(f"| {label} | {len(group)} | {_median(ratios):.2f} | {_quartiles(ratios)} | "
+                         f"{_median(r['quota_cores'] for r in group):.2f} |")
     return "\n".join(lines) + "\n"
 
 

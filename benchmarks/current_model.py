@@ -70,12 +70,13 @@ def cases_of(strategy: str) -> list[tuple[int, dict]]:
     return out
 
 
-def methods_of(strategy: str, set_number: int) -> tuple[str, ...]:
-    """The methods whose recorded predictions on this set are today's."""
+def methods_of(strategy: str, set_number: int, kind: str) -> tuple[str, ...]:
+    """The methods whose recorded predictions on this set's cases of this kind (real, replay) are today's."""
     spec = CURRENT[strategy]
     return tuple(m for m in METHODS
                  if set_number >= spec.get(f"{m.split('-')[0]}_from", 0)
                  and set_number not in spec.get(f"{m.split('-')[0]}_except", ())
+                 and set_number not in spec.get(f"{kind}_{m.split('-')[0]}_except", ())
                  and (not m.endswith(("-nominal", "-budget"))
                       or (m.endswith("-nominal") and set_number >= spec["nominal_from"])
                       or (m.endswith("-budget") and set_number >= spec["budget_from"]
@@ -91,7 +92,7 @@ def verify() -> list[str]:
     for strategy, spec in CURRENT.items():
         for n in spec["sets"]:
             for _, validator, case, runs, _ in kept_cases([f"heldout{n}"], {strategy}):
-                methods = list(methods_of(strategy, n))
+                methods = list(methods_of(strategy, n, case.spec.kind))
                 now = [current(validator, case, run.get("round", 0), methods) for run in runs]
                 for m in methods:
                     for run, latest in zip(runs, now):
@@ -155,13 +156,13 @@ def main(argv: list[str]) -> int:
         picked = cases_of(strategy)
         label = f"{strategy} ({', '.join(map(str, CURRENT[strategy]['sets']))})"
         for method in METHODS:
-            have = [(n, c) for n, c in picked if method in methods_of(strategy, n) and method in c["error"]]
+            have = [(n, c) for n, c in picked if method in methods_of(strategy, n, c["kind"]) and method in c["error"]]
             if have:
                 lines.append(summary_row(label, method, have))
         for kind in ("replay", "real"):
             of_kind = [(n, c) for n, c in picked if c["kind"] == kind]
             for method in ("fine", "coarse"):
-                have = [(n, c) for n, c in of_kind if method in methods_of(strategy, n)]
+                have = [(n, c) for n, c in of_kind if method in methods_of(strategy, n, kind)]
                 if have:
                     kinds_rows.append(summary_row(f"{strategy}, {kind}", method, have))
         values = [s for _, c in picked if (s := spread(c)) is not None]
@@ -176,7 +177,7 @@ def main(argv: list[str]) -> int:
     for strategy in CURRENT:
         for n, c in cases_of(strategy):
             s = spread(c)
-            cells = [f"{c['error'][m]:+.1%}" if m in methods_of(strategy, n) and m in c["error"] else "-"
+            cells = [f"{c['error'][m]:+.1%}" if m in methods_of(strategy, n, c["kind"]) and m in c["error"] else "-"
                      for m in METHODS]
             lines.append(f"| {n} | {c['key']} | {c['kind']} | {c['measured_throughput']:.2f} | "
                          f"{'-' if s is None else f'{s:.1%}'} | " + " | ".join(cells) + " |")
