@@ -22,7 +22,7 @@ import json
 import sys
 from unittest import mock
 
-from repredict_sets import HERE, variant_table
+from repredict_sets import HERE, held_out_sets, variant_table
 
 from sgdscale.validation import runs_of
 
@@ -46,9 +46,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sets", help="comma-separated set names (default: every accuracy-heldout* with results)")
     parser.add_argument("--output", default="allreduce_refill_tuning")
     args = parser.parse_args(argv)
-    names = (args.sets.split(",") if args.sets else
-             sorted((p.name.removeprefix("accuracy-") for p in (HERE / "results").glob("accuracy-heldout*")
-                     if (p / "results.json").is_file()), key=lambda n: int(n.removeprefix("heldout") or 1)))
+    names = held_out_sets(args.sets)
     with_reference = [name for name in names if recorded_at_run_speed(name)]
     variants = [("profiled times (before)", "profiled times", refilled(False)),
                 ("budget refilled after the wait", "refilled", refilled(True))]

@@ -37,7 +37,7 @@ import statistics
 import sys
 from unittest import mock
 
-from repredict_sets import HERE, current, kept_cases
+from repredict_sets import HERE, current, held_out_sets, kept_cases
 
 import sgdscale.cpu_quota as cpu_quota
 from sgdscale.cpu_quota import QuotaClock
@@ -129,9 +129,7 @@ def parts_table(argv: list[str]) -> int:
     parser.add_argument("--sets", help="comma-separated set names (default: every accuracy-heldout* with results)")
     parser.add_argument("--output", default="allreduce_step_parts")
     args = parser.parse_args(argv)
-    names = (args.sets.split(",") if args.sets else
-             sorted((p.name.removeprefix("accuracy-") for p in (HERE / "results").glob("accuracy-heldout*")
-                     if (p / "results.json").is_file()), key=lambda n: int(n.removeprefix("heldout") or 1)))
+    names = held_out_sets(args.sets)
     rows = []
     for name, validator, case, runs, _ in kept_cases(names, {"allreduce"}):
         if case.spec.kind != "real" or case.workers < 2:
@@ -186,6 +184,14 @@ def _median(values) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _by_model(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """The rows per model, in name order, then all of them."""
+    groups: dict[str, list[dict]] = collections.defaultdict(list)
+    for row in rows:
+        groups[row["model"]].append(row)
+    return sorted(groups.items()) + [("all", rows)]
+
+
 def _quartiles(values) -> str:
     values = sorted(values)
     if len(values) < 2:
@@ -223,10 +229,7 @@ def report(rows: list[dict], argv: list[str]) -> str:
               "| model | runs | forward | backward + wait | optimizer | step | optimizer measured / profiled | "
               "abs error | abs error, refilled | signed error | signed, refilled |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    by_model: dict[str, list[dict]] = collections.defaultdict(list)
-    for row in rows:
-        by_model[row["model"]].append(row)
-    for model, group in sorted(by_model.items()) + [("all", rows)]:
+    for model, group in _by_model(rows):
         lines.append(f"| {model} | {len(group)} | " + " | ".join(f"{gap(group, part):+.1f}" for part in PARTS) + " | "
                      f"{_median(r['measured_ms']['optimizer'] / r['profiled_optimizer_ms'] for r in group):.2f} | "
                      f"{_median(abs(r['error']) for r in group):.1%} | {_median(abs(r['error_refilled']) for r in group):.1%} | "
@@ -240,10 +243,7 @@ def report(rows: list[dict], argv: list[str]) -> str:
               "| model | runs | abs error | abs error, refilled | signed error | signed, refilled | "
               "profile over run speed: median | quartiles |",
               "|---|---:|---:|---:|---:|---:|---:|---|"]
-    by_model_ref: dict[str, list[dict]] = collections.defaultdict(list)
-    for row in with_reference:
-        by_model_ref[row["model"]].append(row)
-    for model, group in sorted(by_model_ref.items()) + [("all", with_reference)]:
+    for model, group in _by_model(with_reference):
         lines.append(f"| {model} | {len(group)} | {_median(abs(r['error_run_speed']) for r in group):.1%} | "
                      f"{_median(abs(r['error_run_speed_refilled']) for r in group):.1%} | "
                      f"{_median(r['error_run_speed'] for r in group):+.1%} | "

@@ -45,6 +45,14 @@ def grids_of(set_name: str) -> list[Grid]:
             for g in spec["grids"]]
 
 
+def held_out_sets(named: str | None = None) -> list[str]:
+    """The sets named (comma-separated), or every held-out set with kept results, in number order."""
+    if named:
+        return named.split(",")
+    return sorted((p.name.removeprefix("accuracy-") for p in (HERE / "results").glob("accuracy-heldout*")
+                   if (p / "results.json").is_file()), key=lambda n: int(n.removeprefix("heldout") or 1))
+
+
 def kept_cases(set_names, strategies):
     """Every kept case of the named sets whose strategy is selected, as (set name, validator, case,
     its runs, the median measured throughput): what a re-prediction needs, nothing rerun."""
