@@ -151,7 +151,7 @@ def test_an_interrupted_grid_resumes_without_rerunning(tmp_path):
 
 @pytest.mark.testbed
 @needs_root
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_replay_case_is_predicted_within_8_percent(tmp_path):
     """The built-in gpt2 profile (21 MB of gradients, 181 ms of compute) replayed with slept
     compute by 2 workers over 300 Mbit/s links with DDP buckets: communication-bound (a ring
@@ -159,18 +159,21 @@ def test_replay_case_is_predicted_within_8_percent(tmp_path):
     netbench as a user would. Both methods must be within 8% of the measured throughput (the
     issue's max target). Measured (benchmarks/replay_ci_case.py), five runs: +0.1% to +1.0%; before
     the replay fidelity fix and DDP's bucket copies +3.6% to +8.8% (up to +17% on a machine loaded by
-    other work); at 0.45 cores per node +12%, +42%, +7% (gloo's CPU work is throttled), hence 1 core."""
+    other work); at 0.45 cores per node +12%, +42%, +7% (gloo's CPU work is throttled), hence 1 core.
+    Scored as validation scores every case, against the median of three interleaved runs: one run
+    alone is exposed to the machine's own moves (a full-suite run at f909cee measured 17.63 samples/s,
+    +21.9%, where four reruns of the test just after passed)."""
     spec = ModelSpec("gpt2", batch_size=8, kind="replay")
     grid = Grid(specs=[spec], workers=[2], bandwidths_bps=[300e6], strategies=["allreduce"],
-                cpu_per_node_cores=1.0, iterations=8, warmup=3)
+                cpu_per_node_cores=1.0, iterations=8, warmup=3, repeats=3)
     validator = Validator(grid, tmp_path, log=lambda text: None, predict_iterations=50)
     [row] = validator.run()
     assert row["kind"] == "replay" and row["key"].startswith("replay-gpt2-b8-allreduce")
     measurement = load_measurement(validator.measurement_path(grid.cases()[0]))
     assert measurement.config.workload == "replay" and measurement.config.replay_compute == "sleep"
-    # the run waited for a quiet host first and keeps what the hypervisor took just before it
-    [run] = row["runs"]
-    assert run["steal_before_cores"] is None or run["steal_before_cores"] >= 0
+    # each run waited for a quiet host first and keeps what the hypervisor took just before it
+    assert len(row["runs"]) == 3
+    assert all(run["steal_before_cores"] is None or run["steal_before_cores"] >= 0 for run in row["runs"])
     for method in ("fine", "coarse"):
         assert abs(row["error"][method]) <= REPLAY_BOUND, (
             f"{method}: predicted {row['predicted_throughput'][method]:.2f} vs measured "
