@@ -12,7 +12,7 @@ import pytest
 import sgdscale.cpu_quota as cpu_quota
 from sgdscale.cluster import Cluster
 from sgdscale.comm import CommModel
-from sgdscale.cpu_quota import QuotaClock, profiled_quota
+from sgdscale.cpu_quota import QuotaClock, node_clocks, profiled_quota
 from sgdscale.fine.ps import simulate_ps
 from sgdscale.profile import Layer, ParamTensor, Profile, StepTimes
 from sgdscale.strategy import Strategy
@@ -133,7 +133,7 @@ def test_node_budgets_replay_each_node_as_its_own_clock():
 
     rng = np.random.default_rng(1)
     budgets = NodeBudgets(0.3, 0.010, 3)
-    clocks = [QuotaClock(0.3, 0.010, i * 0.6180339887 % 1.0 * 0.010) for i in range(3)]
+    clocks = node_clocks((0.3, 0.010), 3)
     t = np.zeros(3)
     for step in range(300):
         start = t + rng.uniform(0.0, 0.03, 3) * (rng.random(3) < 0.5)
@@ -141,9 +141,7 @@ def test_node_budgets_replay_each_node_as_its_own_clock():
         if step % 7 == 3:  # throttled to `start`: the period's budget gone
             budgets.spent_at(start)
             for i, clock in enumerate(clocks):
-                clock.left_s = 0.0
-                clock.boundary_s = clock.boundary_s + (np.floor((start[i] - clock.boundary_s) / 0.010) + 1) * 0.010
-                clock.free_s = start[i]
+                clock.spent_at(start[i])
         ends = budgets.run(start, saturated)
         assert ends == pytest.approx([clock.run(start[i], saturated[i]) for i, clock in enumerate(clocks)], abs=1e-12)
         t = ends

@@ -73,6 +73,13 @@ class QuotaClock:
         self.left_s = self.budget_s
         self.free_s = 0.0  # when the last phase ended
 
+    def spent_at(self, t_s: float) -> None:
+        """The node ran throttled up to `t_s`: its current period's budget is gone."""
+        if t_s >= self.boundary_s:
+            self.boundary_s += (math.floor((t_s - self.boundary_s) / self.period_s) + 1) * self.period_s
+        self.left_s = 0.0
+        self.free_s = max(self.free_s, t_s)
+
     def run(self, start_s: float, saturated_s: float) -> float:
         """When a phase that a profile under this quota timed at `saturated_s` ends, begun at `start_s`
         or when the node's previous phase ended, whichever is later (one budget, one phase at a time)."""
@@ -141,7 +148,7 @@ class NodeBudgets:
             raise ValueError(f"a CPU quota needs positive cores and period, got {quota_cores}, {period_s}")
         self.quota, self.period_s = quota_cores, period_s
         self.budget_s = quota_cores * period_s
-        self.offset_s = (np.arange(count) * 0.6180339887) % 1.0 * period_s
+        self.offset_s = node_offsets_s(count, period_s)
         self.boundary_s = self.offset_s + period_s  # the end of each node's current period
         self.left_s = np.full(count, self.budget_s)
 
@@ -176,10 +183,15 @@ class NodeBudgets:
         return end
 
 
+def node_offsets_s(count: int, period_s: float, first_node: int = 0) -> np.ndarray:
+    """Where each node's CFS periods begin (cgroups start their periods when their quota is set, so
+    nodes' boundaries do not line up): node i at i x 0.618 of a period."""
+    return (np.arange(first_node, first_node + count) * 0.6180339887) % 1.0 * period_s
+
+
 def node_clocks(quota: tuple[float, float] | None, count: int, first_node: int = 0) -> list[QuotaClock] | None:
-    """One clock per node, their periods offset from each other (cgroups start their periods when
-    their quota is set, so nodes' boundaries do not line up): node i at i x 0.618 of a period."""
+    """One clock per node, their periods offset from each other (`node_offsets_s`)."""
     if quota is None:
         return None
     cores, period = quota
-    return [QuotaClock(cores, period, ((first_node + i) * 0.6180339887) % 1.0 * period) for i in range(count)]
+    return [QuotaClock(cores, period, float(offset)) for offset in node_offsets_s(count, period, first_node)]
