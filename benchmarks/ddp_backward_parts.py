@@ -32,15 +32,14 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODEL_ARGS = {"cnn": ["--batch-size", "16", "--image-size", "32"],  # as validation's grids run them
-              "mobilenet_v2": ["--batch-size", "4", "--image-size", "32"],
-              "resnet18": ["--batch-size", "4", "--image-size", "32"],
-              "mlp": ["--batch-size", "32", "--option", "width=512", "--option", "depth=4"],
-              "gpt2": ["--batch-size", "4", "--seq-len", "64", "--option", "layers=2", "--option", "hidden=128",
-                       "--option", "vocab=2048"],
-              "bert": ["--batch-size", "4", "--seq-len", "64", "--option", "layers=2", "--option", "hidden=128",
-                       "--option", "vocab=2048"]}
 PARTS = ("forward", "backward compute", "last all-reduce", "DDP finish", "optimizer")
+
+
+def model_args(model: str) -> list[str]:
+    """The model's batch and options as validation's grids run it."""
+    from sgdscale.commands.validate import model_spec
+
+    return model_spec(model, None).cli_args()
 
 
 def profile(model: str, quota: float, out: Path) -> dict:
@@ -48,7 +47,7 @@ def profile(model: str, quota: float, out: Path) -> dict:
     from sgdscale.runtime.testbed import Testbed
 
     argv = [sys.executable, "-m", "sgdscale.cli", "profile", model, "-o", str(out), "--threads", "1",
-            "--iterations", "20", "--min-window", "10", *MODEL_ARGS[model]]
+            "--iterations", "20", "--min-window", "10", *model_args(model)]
     with Testbed(1, 1e9, quota, pin_cpus=True) as testbed:
         done = testbed.run_on_node(0, argv, timeout_s=900, env={"OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
@@ -57,7 +56,7 @@ def profile(model: str, quota: float, out: Path) -> dict:
 
 
 def traced_run(model: str, workers: int, bandwidth: str, quota: float, iterations: int, trace: Path) -> None:
-    argv = [sys.executable, "-m", "sgdscale.cli", "train", model, *MODEL_ARGS[model], "--workers", str(workers),
+    argv = [sys.executable, "-m", "sgdscale.cli", "train", model, *model_args(model), "--workers", str(workers),
             "--emulate", "--bandwidth", bandwidth, "--cpu-quota", str(quota), "--iterations", str(iterations),
             "--warmup", "5", "--trace", str(trace), "-o", str(trace.with_suffix(".measurement.json"))]
     done = subprocess.run(argv, capture_output=True, text=True)
