@@ -21,6 +21,7 @@ Raw output: benchmarks/results/cfs_phase_sensitivity.md (or --output NAME).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 from unittest import mock
@@ -41,6 +42,11 @@ def random_offsets(seed: int):
     return offsets
 
 
+def median_prediction(validator, case, runs) -> float:
+    """Fine's prediction of the case, median over its kept runs (each from its own round's files)."""
+    return statistics.median(current(validator, case, run.get("round", 0), ["fine"])["fine"] for run in runs)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default=DEFAULT_SETS)
@@ -58,25 +64,24 @@ def main(argv: list[str]) -> int:
              "| set | case | runs | runs' spread | fine error, offsets as shipped | predictions' spread over draws | "
              "errors over draws (min..max) |", "|---|---|---:|---:|---:|---:|---|"]
     run_spreads, draw_spreads = [], []
-    if args.replayed:
-        mock.patch.object(cpu_quota, "REPLAYED", True).start()
-    for set_name, validator, case, runs, measured in kept_cases(args.sets.split(","), set(args.strategies.split(","))):
-        if case.spec.kind != "real":
-            continue
-        def median_prediction() -> float:
-            return statistics.median(current(validator, case, run.get("round", 0), ["fine"])["fine"] for run in runs)
-        shipped = median_prediction()
-        drawn = []
-        for seed in range(args.draws):
-            with mock.patch.object(cpu_quota, "node_offsets_s", random_offsets(seed)):
-                drawn.append(median_prediction())
-        values = [run["measured_throughput"] for run in runs]
-        run_spread, draw_spread = max(values) / min(values) - 1, max(drawn) / min(drawn) - 1
-        run_spreads.append(run_spread)
-        draw_spreads.append(draw_spread)
-        lines.append(f"| {set_name} | {case.key} | {len(runs)} | {run_spread:.1%} | {shipped / measured - 1:+.1%} | "
-                     f"{draw_spread:.1%} | {min(drawn) / measured - 1:+.1%}..{max(drawn) / measured - 1:+.1%} |")
-        print(lines[-1], flush=True)
+    replay = mock.patch.object(cpu_quota, "REPLAYED", True) if args.replayed else contextlib.nullcontext()
+    with replay:
+        for set_name, validator, case, runs, measured in kept_cases(args.sets.split(","),
+                                                                    set(args.strategies.split(","))):
+            if case.spec.kind != "real":
+                continue
+            shipped = median_prediction(validator, case, runs)
+            drawn = []
+            for seed in range(args.draws):
+                with mock.patch.object(cpu_quota, "node_offsets_s", random_offsets(seed)):
+                    drawn.append(median_prediction(validator, case, runs))
+            values = [run["measured_throughput"] for run in runs]
+            run_spread, draw_spread = max(values) / min(values) - 1, max(drawn) / min(drawn) - 1
+            run_spreads.append(run_spread)
+            draw_spreads.append(draw_spread)
+            lines.append(f"| {set_name} | {case.key} | {len(runs)} | {run_spread:.1%} | {shipped / measured - 1:+.1%} | "
+                         f"{draw_spread:.1%} | {min(drawn) / measured - 1:+.1%}..{max(drawn) / measured - 1:+.1%} |")
+            print(lines[-1], flush=True)
     if run_spreads:
         lines += ["", f"{len(run_spreads)} cases: the runs spread {statistics.median(run_spreads):.1%} in the median "
                   f"(max {max(run_spreads):.1%}); the predictions over offset draws {statistics.median(draw_spreads):.1%} "
