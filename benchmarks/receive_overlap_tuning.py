@@ -8,11 +8,13 @@ set 36's shards spent what they are charged (`benchmarks/shard_cpu_charge.py`), 
 the suspect. Variants (`sgdscale.fine.ps`): `arrival`, each copy's receive CPU charged when it has
 arrived (RECEIVE_ON_ARRIVAL); `receive`, charged while it arrives, overlapping its transfer
 (RECEIVE_OVERLAPS_TRANSFER); `both`, also each reply's CPU beside its sending
-(SEND_OVERLAPS_TRANSFER); `series`, none (as used). This re-predicts every kept PS run of the named
+(SEND_OVERLAPS_TRANSFER); `series`, none (as used before set 75); `bytes`, both but only the CPU per
+byte, the CPU per message in series (fine_dag.MESSAGE_CPU_OVERLAPS off: as used since set 75; the
+others overlap the message's CPU too where they overlap). This re-predicts every kept PS run of the named
 sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
 
     .venv/bin/python benchmarks/receive_overlap_tuning.py [--sets heldout10,...] [--kind real|replay]
-        [--strategies ps-sync] [--variants series,arrival,receive,both] [--output NAME]
+        [--strategies ps-sync] [--variants series,arrival,receive,both,bytes] [--output NAME]
 
 Raw output: benchmarks/results/receive_overlap_tuning.md (or --output NAME).
 """
@@ -21,18 +23,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 from unittest import mock
 
 from repredict_sets import HERE, variant_table
 
+import sgdscale.fine.dag as fine_dag
 import sgdscale.fine.ps as fine_ps
 
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(10, 37))
 
 
-def rules(arrival: bool, receive: bool, send: bool):
-    return lambda: mock.patch.multiple(fine_ps, RECEIVE_ON_ARRIVAL=arrival, RECEIVE_OVERLAPS_TRANSFER=receive,
-                                       SEND_OVERLAPS_TRANSFER=send)
+def rules(arrival: bool, receive: bool, send: bool, message: bool = True):
+    @contextmanager
+    def patched():
+        with mock.patch.multiple(fine_ps, RECEIVE_ON_ARRIVAL=arrival, RECEIVE_OVERLAPS_TRANSFER=receive,
+                                 SEND_OVERLAPS_TRANSFER=send), \
+                mock.patch.object(fine_dag, "MESSAGE_CPU_OVERLAPS", message):
+            yield
+    return patched
 
 
 VARIANTS = {
@@ -40,6 +49,8 @@ VARIANTS = {
     "arrival": ("each copy received on arrival", "receive on arrival", rules(True, False, False)),
     "receive": ("receive overlaps", "receive overlaps", rules(False, True, False)),
     "both": ("receive and send overlap", "both overlap", rules(False, True, True)),
+    "bytes": ("the bytes' CPU overlaps both ways, the message's in series (as used since set 75)", "bytes overlap",
+              rules(False, True, True, message=False)),
 }
 
 
@@ -49,7 +60,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kind", default="all", choices=("all", "real", "replay"))
     parser.add_argument("--output", default="receive_overlap_tuning")
     parser.add_argument("--strategies", default="ps-sync,ps-async")
-    parser.add_argument("--variants", default="series,receive,both", help=f"of {','.join(VARIANTS)}")
+    parser.add_argument("--variants", default="series,both,bytes", help=f"of {','.join(VARIANTS)}")
     args = parser.parse_args(argv)
     variants = [VARIANTS[name] for name in args.variants.split(",")]
     text = variant_table(argv, "receive_overlap_tuning.py", "A shard receives each copy as it comes in (fine)",

@@ -33,6 +33,14 @@ from sgdscale.profile import Profile
 from sgdscale.strategy import Strategy
 
 
+# Whether a shard's CPU per message (`server_cpu_s_per_message`) counts in `PsPlan.receive_s`, the part
+# of its transport CPU that may overlap the wire (`sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER`). Off: only
+# the CPU per byte does, which runs as the bytes stream in; a message's own cost (the shard's Python loop,
+# gloo's wake-up) runs once it is complete. On: the variant tried on sets 10-71 before set 75 (sync PS
+# one-shard cases of sets 40-63: 4.8% off, 5.1% on; `benchmarks/receive_overlap_tuning.py`).
+MESSAGE_CPU_OVERLAPS = False
+
+
 @dataclass(frozen=True)
 class PsPlan:
     """Messages of one worker's step, in release order (see module docstring)."""
@@ -45,7 +53,7 @@ class PsPlan:
     need: list[list[int]]  # per layer: messages its forward waits for
     shards: int
     post_rank: list[int]  # per message: its first tensor's index, the order a worker posts its pull receives
-    receive_s: list[float]  # per message: the shard's CPU (wall s) for receiving one worker's copy, in update_s
+    receive_s: list[float]  # per message: the shard's CPU (wall s) that moves one worker's copy, in update_s
 
     @property
     def messages(self) -> int:
@@ -82,7 +90,8 @@ def ps_plan(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommMo
             out_post.append(min(by_shard[s]))
             out_update.append((optimizer_s * nbytes / total_bytes if total_bytes > 0 else 0.0)
                               + server_cpu_s * nbytes + server_message_s)
-            out_receive.append(topology.nic.server_cpu_s_per_byte * nbytes + topology.nic.server_cpu_s_per_message)
+            out_receive.append(topology.nic.server_cpu_s_per_byte * nbytes
+                               + (topology.nic.server_cpu_s_per_message if MESSAGE_CPU_OVERLAPS else 0.0))
             for layer in sorted({layer_of[i] for i in by_shard[s]}):
                 need[layer].append(m)
     return PsPlan(out_bytes, out_shard, out_layer, out_fraction, out_update, need, shards, out_post, out_receive)
