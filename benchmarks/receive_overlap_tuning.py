@@ -8,9 +8,9 @@ set 36's shards spent what they are charged (`benchmarks/shard_cpu_charge.py`), 
 the suspect. Variants (`sgdscale.fine.ps`): `arrival`, each copy's receive CPU charged when it has
 arrived (RECEIVE_ON_ARRIVAL); `receive`, charged while it arrives, overlapping its transfer
 (RECEIVE_OVERLAPS_TRANSFER); `both`, also each reply's CPU beside its sending
-(SEND_OVERLAPS_TRANSFER); `series`, none (as used before set 75); `bytes`, both but only the CPU per
-byte, the CPU per message in series (fine_dag.MESSAGE_CPU_OVERLAPS off: as used since set 75; the
-others overlap the message's CPU too where they overlap). This re-predicts every kept PS run of the named
+(SEND_OVERLAPS_TRANSFER); `series`, none (as used); `bytes`, both but only the CPU per byte, the CPU per
+message in series (fine_dag.MESSAGE_CPU_OVERLAPS off: held out on set 75, not kept; the others
+overlap the message's CPU too where they overlap). This re-predicts every kept PS run of the named
 sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
 
     .venv/bin/python benchmarks/receive_overlap_tuning.py [--sets heldout10,...] [--kind real|replay]
@@ -49,7 +49,7 @@ VARIANTS = {
     "arrival": ("each copy received on arrival", "receive on arrival", rules(True, False, False)),
     "receive": ("receive overlaps", "receive overlaps", rules(False, True, False)),
     "both": ("receive and send overlap", "both overlap", rules(False, True, True)),
-    "bytes": ("the bytes' CPU overlaps both ways, the message's in series (as used since set 75)", "bytes overlap",
+    "bytes": ("the bytes' CPU overlaps both ways, the message's in series (held out on set 75)", "bytes overlap",
               rules(False, True, True, message=False)),
 }
 

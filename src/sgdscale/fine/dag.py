@@ -34,10 +34,10 @@ from sgdscale.strategy import Strategy
 
 
 # Whether a shard's CPU per message (`server_cpu_s_per_message`) counts in `PsPlan.receive_s`, the part
-# of its transport CPU that may overlap the wire (`sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER`). Off: only
-# the CPU per byte does, which runs as the bytes stream in; a message's own cost (the shard's Python loop,
-# gloo's wake-up) runs once it is complete. On: the variant tried on sets 10-71 before set 75 (sync PS
-# one-shard cases of sets 40-63: 4.8% off, 5.1% on; `benchmarks/receive_overlap_tuning.py`).
+# of its transport CPU that may overlap the wire where `sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER` is on
+# (it is off). Off: only the CPU per byte does, which runs as the bytes stream in; a message's own cost
+# (the shard's Python loop, gloo's wake-up) runs once it is complete: the variant held out on set 75.
+# On: the variant tried on sets 10-71 before (`benchmarks/receive_overlap_tuning.py`, `both`).
 MESSAGE_CPU_OVERLAPS = False
 
 

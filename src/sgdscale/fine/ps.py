@@ -158,24 +158,24 @@ def cpu_paces_shard_writes(server_cpu_s_per_byte: float, link_Bps: float) -> boo
 # order still made async worse (8.8% -> 9.7%; `benchmarks/results/reply_order_tuning-with-busy-shard.md`).
 POSTED_ORDER = False
 
-# Whether a shard's transport CPU overlaps the transfer it serves. On: each copy's receive CPU for its
-# bytes (`PsPlan.receive_s`) runs on the shard's FIFO as the copy comes in (starting no earlier than the
-# copy's bytes at the shard's downlink rate before its arrival), and a reply starts leaving as the
-# shard starts writing it (its CPU, up to its seconds on the uplink, overlaps its sending); the CPU per
-# message stays in series, after the message's last copy. Off: all of it is charged in series with
-# the wire. Measured (`benchmarks/shard_cpu_overlap.py`, each shard node's cgroup CPU and veth bytes
-# sampled every 5 ms in real sync PS replays, bert, 4 workers, 850 Mbit/s, 0.22 cores, 3 rounds,
-# `results/shard_cpu_overlap-bert-w4-850Mbit.md`): with one shard and with three, 98-100% of a
-# shard's CPU ran in bins in which its link moved bytes, at 0.06-0.10 of its 0.22 cores while pushes
-# arrived (never throttled in more than 1% of the window), where fine in series charged the embedding's
-# 8.4 MB update 86 ms after its last copy (measured: 3.6 ms). On since set 75, which was held out for
-# it; before, off: over the kept sync PS runs of sets 10-36 overlapping made sync PS worse (5.1% ->
-# 5.9%); re-predicted for this change (a tuning look, `benchmarks/receive_overlap_tuning.py`), the
-# sync cases with two or three shards of sets 27-71 went from 7.7% to 3.7% in the median (19), the
-# one-shard ones of sets 40-63 from 3.6% to 4.8% (48; several replays from -1..-3% to +1..+6%), the 53
-# sync cases of the held-out pool then scoring today's model from 4.7% to 4.4%; async moved by < 1 point.
-RECEIVE_OVERLAPS_TRANSFER = True
-SEND_OVERLAPS_TRANSFER = True
+# Whether a shard's transport CPU overlaps the transfer it serves, modelled but not used. On: each copy's
+# receive CPU for its bytes (`PsPlan.receive_s`) runs on the shard's FIFO as the copy comes in (starting
+# no earlier than the copy's bytes at the shard's downlink rate before its arrival), and a reply starts
+# leaving as the shard starts writing it (its CPU, up to its seconds on the uplink, overlaps its
+# sending). Off: all of it is charged in series with the wire, after the message's last copy. Measured
+# (`benchmarks/shard_cpu_overlap.py`, each shard node's cgroup CPU and veth bytes sampled every 5 ms in
+# real sync PS replays, bert, 4 workers, 850 Mbit/s, 0.22 cores, 3 rounds,
+# `results/shard_cpu_overlap-bert-w4-850Mbit.md`): with one shard and with three, 98-100% of a shard's
+# CPU ran in bins in which its link moved bytes, at 0.06-0.10 of its 0.22 cores while pushes arrived.
+# Yet in series predicts better where one shard serves: over the kept sync PS runs of sets 10-36
+# overlapping made sync PS worse (5.1% -> 5.9%); re-predicted (`benchmarks/receive_overlap_tuning.py`)
+# the sync cases with two or three shards of sets 27-71 went from 7.7% to 3.7% in the median (19), the
+# one-shard ones of sets 40-63 from 3.6% to 4.8% (48); held out on set 75 (sync PS replays, three with
+# several shards, two with one) it went from 1.6% / 13.0% to 5.8% / 9.5% (one shard +1.3% and +0.6%
+# -> +3.1% and +6.7%), so it was not kept. What the series charge stands for where one shard serves is
+# not measured (its CPU does not run with the link idle).
+RECEIVE_OVERLAPS_TRANSFER = False
+SEND_OVERLAPS_TRANSFER = False
 # Between the two: each copy's receive CPU runs on the shard's FIFO when the copy has arrived, in
 # series with its own transfer but not held back until the message's last copy (sync PS). Also worse
 # on sets 10-36's sync PS (5.1% -> 5.3%, mean +1.3% -> +2.4%; results/receive_on_arrival_tuning.md).
