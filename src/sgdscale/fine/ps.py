@@ -165,7 +165,7 @@ POSTED_ORDER = False
 # sending). Off: all of it is charged in series with the wire, after the message's last copy. Measured
 # (`benchmarks/shard_cpu_overlap.py`, each shard node's cgroup CPU and veth bytes sampled every 5 ms in
 # real sync PS replays, bert, 4 workers, 850 Mbit/s, 0.22 cores, 3 rounds,
-# `results/shard_cpu_overlap-bert-w4-850Mbit.md`): with one shard and with three, 98-100% of a shard's
+# `results/shard_cpu_overlap-bert-w4-850Mbit.md`): with one shard and with three, 94-100% of a shard's
 # CPU ran in bins in which its link moved bytes, at 0.06-0.10 of its 0.22 cores while pushes arrived.
 # Yet in series predicts better where one shard serves: over the kept sync PS runs of sets 10-36
 # overlapping made sync PS worse (5.1% -> 5.9%); re-predicted (`benchmarks/receive_overlap_tuning.py`)
