@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from shard_link_use import NET, find_veth
+from shard_link_use import NET, find_veth, measured_or_kept
 
 from sgdscale.runtime.measurement import common_window, measurement_from_json
 from sgdscale.runtime.testbed import CGROUP_CPU_ROOT, CGROUP_CPUACCT_ROOT
@@ -231,16 +231,7 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from <output>.json, no runs")
     args = parser.parse_args()
     out = HERE / "results" / args.output
-    if args.report_only:
-        record = json.loads(out.with_suffix(".json").read_text())
-        argv = record.get("argv", [])
-    else:
-        if not args.network:
-            sys.exit("give --network (the network file sgdscale netbench measured on this cluster)")
-        record = measure(args, out)
-        argv = sys.argv[1:]
-        record["argv"] = argv
-        out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    record, argv = measured_or_kept(args, out, measure)
     text = report(record, argv)
     out.with_suffix(".md").write_text(text)
     print(text)

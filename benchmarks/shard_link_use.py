@@ -272,19 +272,24 @@ def main() -> None:
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from <output>.json, no runs")
     args = parser.parse_args()
     out = HERE / "results" / args.output
-    if args.report_only:
-        record = json.loads(out.with_suffix(".json").read_text())
-        argv = record.get("argv", [])
-    else:
-        if not args.network:
-            sys.exit("give --network (the network file sgdscale netbench measured on this cluster)")
-        record = measure(args, out)
-        argv = sys.argv[1:]
-        record["argv"] = argv
-        out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    record, argv = measured_or_kept(args, out, measure)
     text = report(record, argv, args.pool_set)
     out.with_suffix(".md").write_text(text)
     print(text)
+
+
+def measured_or_kept(args: argparse.Namespace, out: Path, measure) -> tuple[dict, list[str]]:
+    """The record to report and the arguments it was made with: with `--report-only` the one kept in
+    <out>.json; otherwise `measure(args, out)`'s, kept there first."""
+    if args.report_only:
+        record = json.loads(out.with_suffix(".json").read_text())
+        return record, record.get("argv", [])
+    if not args.network:
+        sys.exit("give --network (the network file sgdscale netbench measured on this cluster)")
+    record = measure(args, out)
+    record["argv"] = sys.argv[1:]
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    return record, record["argv"]
 
 
 def measure(args: argparse.Namespace, out: Path) -> dict:
