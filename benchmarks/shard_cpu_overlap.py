@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from shard_link_use import NET, find_veth, measured_or_kept
+from shard_link_use import NET, find_veth, measured_or_kept, train_while_sampling
 
 from sgdscale.runtime.measurement import common_window, measurement_from_json
 from sgdscale.runtime.testbed import CGROUP_CPU_ROOT, CGROUP_CPUACCT_ROOT
@@ -59,7 +59,7 @@ def throttled_ns(path: Path) -> int:
     return 0
 
 
-def sample(nodes: list[int], interval_s: float, stop: threading.Event, rows: dict[int, list[tuple]]) -> None:
+def sample(nodes: list[int], interval_s: float, rows: dict[int, list[tuple]], stop: threading.Event) -> None:
     """Per node: (unix time, bytes in, bytes out, user ns, kernel ns, throttled ns). The host veth's tx is
     what the node receives; the node's cgroups are found by the veth's prefix."""
     veths = {node: find_veth(node) for node in nodes}
@@ -132,19 +132,7 @@ def predict(args: argparse.Namespace, shards: int) -> dict:
 def run_case(args: argparse.Namespace, shards: int, out: Path) -> dict:
     nodes = list(range(args.workers, args.workers + shards))
     rows: dict[int, list[tuple]] = {node: [] for node in nodes}
-    stop = threading.Event()
-    sampler = threading.Thread(target=sample, args=(nodes, args.interval_ms / 1e3, stop, rows), daemon=True)
-    sampler.start()
-    done = subprocess.run(CLI + ["train", args.profile, "--replay", "--workers", str(args.workers),
-                                 "--strategy", args.strategy, "--ps", str(shards), "--emulate",
-                                 "--bandwidth", args.bandwidth, "--cpu-quota", str(args.quota),
-                                 "--iterations", str(args.iterations), "--timeout", "900s",
-                                 "-o", str(out)], capture_output=True, text=True)
-    stop.set()
-    sampler.join()
-    if done.returncode != 0:
-        sys.exit(f"train failed:\n{done.stderr}")
-    measurement = json.loads(out.read_text())
+    measurement = train_while_sampling(args, args.workers, shards, out, sample, nodes, args.interval_ms / 1e3, rows)
     with gzip.open(out.with_suffix(".samples.json.gz"), "wt") as f:
         json.dump({"columns": COLUMNS, "nodes": {str(k): v for k, v in rows.items()}}, f)
     start, end = common_window(measurement_from_json(measurement, str(out)).workers)

@@ -60,8 +60,8 @@ def tbf_drops(argv: list[str]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def sample(node: int, interval_s: float, stop: threading.Event, rows: list[tuple[float, int, int]],
-           drops: list[tuple[float, int | None, int | None]]) -> None:
+def sample(node: int, interval_s: float, rows: list[tuple[float, int, int]],
+           drops: list[tuple[float, int | None, int | None]], stop: threading.Event) -> None:
     """(unix time, bytes into the node, bytes out of it): the host end's tx is what the node receives.
     Every second also the packets each direction's tbf dropped (into the node: the bridge end's qdisc;
     out of it: the node's own)."""
@@ -168,23 +168,28 @@ def predict(args: argparse.Namespace, workers: int) -> dict:
             "fine_out": fine["utilization"].get("server 0 NIC out"), "fine_phases": phases}
 
 
-def run_case(args: argparse.Namespace, workers: int, out: Path) -> dict:
-    rows: list[tuple[float, int, int]] = []
-    drops: list[tuple[float, int | None, int | None]] = []
+def train_while_sampling(args: argparse.Namespace, workers: int, shards: int, out: Path, sampler, *sampler_args) -> dict:
+    """Run the replay case on the testbed (measurement kept at `out`) while `sampler(*sampler_args,
+    stop)` samples in a thread until the run ends; the run's measurement."""
     stop = threading.Event()
-    sampler = threading.Thread(target=sample, args=(workers, args.interval_ms / 1e3, stop, rows, drops),
-                               daemon=True)
-    sampler.start()
+    thread = threading.Thread(target=sampler, args=(*sampler_args, stop), daemon=True)
+    thread.start()
     done = subprocess.run(CLI + ["train", args.profile, "--replay", "--workers", str(workers),
-                                 "--strategy", args.strategy, "--ps", "1", "--emulate",
+                                 "--strategy", args.strategy, "--ps", str(shards), "--emulate",
                                  "--bandwidth", args.bandwidth, "--cpu-quota", str(args.quota),
                                  "--iterations", str(args.iterations), "--timeout", "900s",
                                  "-o", str(out)], capture_output=True, text=True)
     stop.set()
-    sampler.join()
+    thread.join()
     if done.returncode != 0:
         sys.exit(f"train failed:\n{done.stderr}")
-    measurement = json.loads(out.read_text())  # kept beside the report, with the counters sampled
+    return json.loads(out.read_text())
+
+
+def run_case(args: argparse.Namespace, workers: int, out: Path) -> dict:
+    rows: list[tuple[float, int, int]] = []
+    drops: list[tuple[float, int | None, int | None]] = []
+    measurement = train_while_sampling(args, workers, 1, out, sample, workers, args.interval_ms / 1e3, rows, drops)
     with gzip.open(out.with_suffix(".link.json.gz"), "wt") as f:
         json.dump({"columns": ["unix_s", "bytes_into_node", "bytes_out_of_node"], "rows": rows,
                    "drops": {"columns": ["unix_s", "into_node", "out_of_node"], "rows": drops}}, f)
