@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.fine.allreduce import simulate_allreduce
+import sgdscale.comm.sharing as sharing
 from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
 import sgdscale.fine.ps as fine_ps
@@ -108,13 +109,16 @@ def test_one_worker_sync_and_async_agree(kind):
     np.testing.assert_allclose(out["ps-sync"].iteration_s, out["ps-async"].iteration_s, rtol=1e-12)
 
 
-@pytest.mark.parametrize("sigma,newcomer", [(0.0, 1.0), (0.3, 1.0), (1.0, 1.0), (0.0, 0.1), (0.3, 0.1)])
+@pytest.mark.parametrize("sigma,newcomer,pushes_equal", [(0.0, 1.0, "never"), (0.3, 1.0, "never"), (1.0, 1.0, "never"),
+                                                         (0.0, 0.1, "never"), (0.3, 0.1, "never"), (0.0, 0.1, "sync"),
+                                                         (0.3, 0.1, "sync")])
 @pytest.mark.parametrize("variability", [False, True])
 @pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
-def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, variability, shards, grouping):
+def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, pushes_equal, variability, shards, grouping):
     """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op,
     with equal and with unequal (weighted) link sharing, and with incumbents first (everywhere: the
-    DAG does not tell a busy shard's uplink apart, which test_engine_links checks on its own)."""
+    DAG does not tell a busy shard's uplink apart, which test_engine_links checks on its own; and
+    with the pushes exempt, sharing.PUSHES_SHARE_EQUALLY)."""
     profile = make_profile(layers=5, samples=4, seed=3)
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
@@ -127,11 +131,12 @@ def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, variability, sha
     fwd = sampler.forward_table_s[rows] * scale[None, :, None]
     bwd = sampler.backward_table_s[rows] * scale[None, :, None]
     pre = (sampler.data_table_s[rows] + sampler.h2d_table_s[rows]) * scale[None, :]
-    dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre, seed=5)
-    explicit = run_dag(dag, resources, network=net)
-    plan = ps_plan(profile, cluster, strategy, comm)
-    with mock.patch.object(fine_ps, "BUSY_SHARD_SHARES_EQUALLY", False):
-        fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0, seed=5)
+    with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal):
+        dag, net, resources, step_end = ps_sync_dag(profile, cluster, strategy, comm, steps, fwd, bwd, pre, seed=5)
+        explicit = run_dag(dag, resources, network=net)
+        plan = ps_plan(profile, cluster, strategy, comm)
+        with mock.patch.object(fine_ps, "BUSY_SHARD_SHARES_EQUALLY", False):
+            fast = run_ps(profile, cluster, comm, plan, sampler, rows, True, 0, seed=5)
     for w in range(cluster.workers):
         want = [explicit.finish_s[step_end[k][w]] for k in range(steps)]
         np.testing.assert_allclose(fast.ends[w], want, rtol=1e-9)
@@ -355,14 +360,15 @@ def test_measured_network_bandwidth_scales_every_nic():
     assert nic_capacities_Bps(cluster, CommModel.from_link(10e9, 1e-5))[0][0] == 10e9 / 8
 
 
-@pytest.mark.parametrize("sigma,newcomer", [(0.0, 1.0), (0.13, 1.0), (0.13, 0.1)])
+@pytest.mark.parametrize("sigma,newcomer,pushes_equal", [(0.0, 1.0, "never"), (0.13, 1.0, "never"),
+                                                         (0.13, 0.1, "never"), (0.13, 0.1, "sync")])
 @pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
 @pytest.mark.parametrize("workers,shards,server_bw", [(12, 1, 1e9), (12, 2, 1e9), (12, 3, 2e9), (3, 2, 1e10),
                                                      (6, 2, 1e8)])
-def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma, newcomer):
+def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma, newcomer, pushes_equal):
     """The virtual-time star shortcut (with its fallback) changes nothing but speed, with equal or
-    weighted sharing (CommModel.share_weight_sigma) and with the flows already moving first
-    (CommModel.newcomer_share_weight)."""
+    weighted sharing (CommModel.share_weight_sigma), with the flows already moving first
+    (CommModel.newcomer_share_weight) and with sync pushes exempt from it (sharing.PUSHES_SHARE_EQUALLY)."""
     profile = make_profile(layers=8, samples=4, optimizer_s=0.002)
     cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     strategy = Strategy(kind=kind, grouping="per-tensor")
@@ -372,11 +378,42 @@ def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, 
     for star in (True, False):
         sampler = ComputeSampler(profile, cluster, seed=5)
         rows = np.array([sampler.draw_rows() for _ in range(12)]).reshape(12, workers)
-        sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
+        with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal):
+            sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
         # Weighted sharing keeps the shortcut, except on server NICs faster than the workers'.
         assert (type(sim.push_net) is StarNetwork) == (star and ((sigma == 0.0 and newcomer == 1.0) or server_bw <= 1e9))
         ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)
+
+
+# Big tensors each followed by two 512-byte ones (a conv weight, then its BatchNorm's weight and
+# bias, whose gradients are ready 2 us before the conv's): round-robin over three shards puts every
+# big tensor on shard 0, the small ones on shards 1 and 2.
+BIG_THEN_TWO_SMALL = Profile(
+    model="big-small-small", batch_size=8, step=StepTimes(data_s=0.001, optimizer_s=0.004),
+    layers=[Layer(name=f"l{i}", forward_s=0.002, backward_s=0.004,
+                  params=[ParamTensor(name=f"l{i}.w", numel=1_000_000, bytes=4_000_000,
+                                      grad_ready_s=0.004 * (7 - i) + 0.003),
+                          *(ParamTensor(name=f"l{i}.bn_{k}", numel=128, bytes=512,
+                                        grad_ready_s=0.004 * (7 - i) + 0.003 - 2e-6) for k in "wb")])
+            for i in range(8)])
+
+
+@pytest.mark.parametrize("pushes_equal,three_over_one", [("never", (0.0, 0.95)), ("sync", (0.99, 1.02))])
+def test_shards_holding_only_small_tensors_change_nothing_once_sync_pushes_share_equally(pushes_equal, three_over_one):
+    """Two more shards that hold 1 kB per layer leave a sync PS step as it was with one shard where
+    a worker's pushes share equally (sharing.PUSHES_SHARE_EQUALLY "sync"); with every push yielding
+    to its worker's pushes already moving, a big push that starts beside a small one to another
+    shard keeps the newcomer's weight at shard 0's downlink and the step slows (>5% here)."""
+    def throughput(shards):
+        cluster = Cluster(3, bandwidth_bps=6e8, latency_s=5e-5, ps_count=shards)
+        comm = dataclasses.replace(comm_for(cluster), newcomer_share_weight=NEWCOMER_SHARE_WEIGHT)
+        with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal):
+            return simulate_ps(BIG_THEN_TWO_SMALL, cluster, Strategy(kind="ps-sync", grouping="per-tensor"), comm,
+                               iterations=30, warmup=10, variability=False).throughput
+
+    low, high = three_over_one
+    assert low <= throughput(3) / throughput(1) <= high
 
 
 @pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])

@@ -93,8 +93,8 @@ class StarNetwork(LinkNetwork):
         self.switches = 0
         self.on_done = self._done_handler()
 
-    def add_connection(self, up: int, down: int) -> int:
-        c = super().add_connection(up, down)
+    def add_connection(self, up: int, down: int, yields: bool = True) -> int:
+        c = super().add_connection(up, down, yields)
         self.c_hub.append(-1)
         self.c_edge.append(-1)
         self.c_fin.append(0.0)
@@ -260,7 +260,7 @@ class StarNetwork(LinkNetwork):
                 edge = self.c_edge[conn]
                 hub_side, edge_side = (h, self.s_k[h]), (edge, self.e_k[edge])
                 w = self._yield_to_incumbents(w, now, *((hub_side, edge_side) if self.c_up[conn] == h
-                                                         else (edge_side, hub_side)))
+                                                         else (edge_side, hub_side)), self.c_yields[conn])
                 self.e_k[edge] += 1
             self.c_w[conn] = w
             self.c_tag[conn] = tag

@@ -87,6 +87,7 @@ class LinkNetwork:
         self.c_sent: list[float] = []  # bytes of messages fully sent
         self.c_w: list[float] = []  # sharing weight of the connection's current burst
         self.c_tag: list[int] = []  # tag of the message moving (its weight's burst)
+        self.c_yields: list[bool] = []  # whether its messages yield as newcomers (incumbents first)
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
@@ -95,7 +96,10 @@ class LinkNetwork:
         # message has the same latency, so arrival order is done order); saves a heap event per message.
         self.deliver: DeliverFn | None = None
 
-    def add_connection(self, up: int, down: int) -> int:
+    def add_connection(self, up: int, down: int, yields: bool = True) -> int:
+        """A connection from link `up` (its sender's) to `down`; `yields=False`: its messages never
+        take the newcomer's weight (they still count as incumbents for others)."""
+        self.c_yields.append(yields)
         self.c_up.append(up)
         self.c_down.append(down)
         self.c_queue.append(deque())
@@ -140,7 +144,8 @@ class LinkNetwork:
             if self.weighted:
                 weight = self.burst_weight(conn, tag)
                 if self.newcomers_yield:  # on the sender's link only (benchmarks/head_start.py)
-                    weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]))
+                    weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]),
+                                                       self.c_yields[conn])
                 self.c_w[conn] = weight
                 self.c_tag[conn] = tag
             if l_n[up] == 0 and l_n[down] == 0:
@@ -210,17 +215,17 @@ class LinkNetwork:
         if q:
             self._head_arrived(conn, now)
 
-    def _yield_to_incumbents(self, weight: float, now: float, sender: tuple[int, int], receiver: tuple[int, int]
-                             ) -> float:
+    def _yield_to_incumbents(self, weight: float, now: float, sender: tuple[int, int], receiver: tuple[int, int],
+                             yields: bool = True) -> float:
         """The weight of a message starting now from the `sender`'s link to the `receiver`'s ((link, its
         active connections) pairs): times newcomer_weight if the sender's link has been busy since
         before now and the sender's CPU is not busy (`sender_busy_until`). Idle links are marked busy
         from now. Only the sender's link: flows out of one node share its link the way the first to
         start wants, flows from several nodes into one share the receiver's link equally whichever
-        started first (`benchmarks/head_start.py`)."""
+        started first (`benchmarks/head_start.py`). `yields=False`: the weight as it is (links still marked)."""
         since, busy = self.l_since, self.sender_busy_until
         link, active = sender
-        if active and since[link] < now and (busy is None or busy[link] <= now):
+        if yields and active and since[link] < now and (busy is None or busy[link] <= now):
             weight *= self.newcomer_weight
         for link, active in (sender, receiver):
             if not active:

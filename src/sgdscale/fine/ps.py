@@ -77,7 +77,7 @@ import numpy as np
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
-from sgdscale.comm.sharing import simulated_weight_sigma
+from sgdscale.comm.sharing import pushes_yield, simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale import cpu_quota
 from sgdscale.cpu_quota import node_clocks, profiled_quota
@@ -297,17 +297,18 @@ class PsRun:
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
         self.compute_slowdown = ps_compute_slowdown(topology.nic)
 
-        def network(caps, pairs, kinds, hubs, key_offset):
+        def network(caps, pairs, kinds, hubs, key_offset, yields=True):
             if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
                                   key_offset=key_offset, newcomer_weight=newcomer)
             else:
                 net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset,
                                   newcomer_weight=newcomer)
-            conns = [net.add_connection(up, down) for up, down in pairs]
+            conns = [net.add_connection(up, down, yields) for up, down in pairs]
             return net, conns
 
-        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0)
+        self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0,
+                                       pushes_yield(sync, n, shards))
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
