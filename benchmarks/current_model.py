@@ -60,13 +60,17 @@ TARGETS = {"fine": (0.03, 0.08), "coarse": (0.06, None)}  # (median, max) of the
 # - set 75 (sync PS, one to three shards) was held out for the fine PS method's shard spending its
 #   transport CPU per byte beside the wire (`sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER`,
 #   `SEND_OVERLAPS_TRANSFER`), not kept: its recorded fine column from a measured file is that variant's
-#   (`method_except`: per method exactly; from nominal figures, with or without the CPU budget, the
-#   variant predicts the same, so those columns are today's), its coarse columns today's.
+#   (from nominal figures, with or without the CPU budget, the variant predicts the same), its coarse
+#   columns today's; its fine columns are all out since set 76's change (below).
+# - set 76 (sync PS, two and three shards) was held out for sync PS pushes sharing equally where there
+#   are at least as many workers as shards (`sgdscale.comm.sharing.PUSHES_SHARE_EQUALLY`), kept: the
+#   fine sync PS predictions of every earlier set with several shards changed (`fine_except`: their
+#   fine columns from a measured file, nominal figures and the budget; coarse and one shard unchanged).
 CURRENT = {
     "allreduce": {"sets": (61, 62, 64, 65, 72, 73, 74), "nominal_from": 61, "budget_from": 61, "real_fine_except": (73,)},
-    "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 68, 70, 71, 75), "nominal_from": 44,
-                "budget_from": 48, "budget_except": (49,), "coarse_except": (71,),
-                "method_except": {"fine": (75,)}},
+    "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 68, 70, 71, 75, 76),
+                "nominal_from": 44, "budget_from": 48, "budget_except": (49,), "coarse_except": (71,),
+                "fine_except": (64, 68, 70, 71, 75)},
     "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 66, 67, 68, 69, 70), "nominal_from": 44,
                  "budget_from": 48, "budget_except": (49,), "coarse_from": 66, "coarse_except": (68,)},
 }
@@ -88,7 +92,6 @@ def methods_of(strategy: str, set_number: int, kind: str) -> tuple[str, ...]:
                  if set_number >= spec.get(f"{m.split('-')[0]}_from", 0)
                  and set_number not in spec.get(f"{m.split('-')[0]}_except", ())
                  and set_number not in spec.get(f"{kind}_{m}_except", ())
-                 and set_number not in spec.get("method_except", {}).get(m, ())
                  and (not m.endswith(("-nominal", "-budget"))
                       or (m.endswith("-nominal") and set_number >= spec["nominal_from"])
                       or (m.endswith("-budget") and set_number >= spec["budget_from"]
