@@ -62,9 +62,13 @@ NEWCOMER_SHARE_WEIGHT = 0.22
 PUSHES_SHARE_EQUALLY = "sync"
 
 
-def pushes_yield(sync: bool, workers: int, shards: int) -> bool:
-    """Whether a worker's pushes yield as newcomers to its pushes already moving (PUSHES_SHARE_EQUALLY)."""
-    return not (PUSHES_SHARE_EQUALLY == "always" or PUSHES_SHARE_EQUALLY == "sync" and sync and workers >= shards)
+def pushes_yield(sync: bool, workers: int, shards: int, shared_nics: bool = False) -> bool:
+    """Whether a worker's pushes yield as newcomers to its pushes already moving (PUSHES_SHARE_EQUALLY).
+    "sync" holds for one device per node and dedicated shards, as measured: where devices share a NIC
+    or a shard shares its node, a sender's NIC carries many pushes and can bind, so they yield there."""
+    if PUSHES_SHARE_EQUALLY == "always":
+        return False
+    return not (PUSHES_SHARE_EQUALLY == "sync" and sync and workers >= shards and not shared_nics)
 
 
 # Where nothing measured the sharing spread, the fine method draws each burst's weight with the

@@ -308,7 +308,7 @@ class PsRun:
             return net, conns
 
         self.push_net, conns = network(push_caps, push_pairs, PUSH_KINDS, links.hubs_push, 0,
-                                       pushes_yield(sync, n, shards))
+                                       pushes_yield(sync, n, shards, links.shared_nics))
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
