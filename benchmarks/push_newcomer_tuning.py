@@ -8,13 +8,14 @@ weight is the message's in weighted max-min on both its links. With several shar
 carries one push connection per shard, so a push to one shard that starts while a push to another
 is in flight keeps 0.22 for its whole burst, also at the shard's downlink, where flows from
 several workers share equally: resnet18 with three shards (round-robin: 46.72 MB on shard 0, 20 kB
-of BatchNorm tensors on each other shard) is then predicted 14% slower than with one, and runs as
-fast or faster (`results/shard_cpu_overlap-resnet18-w3-640Mbit.md`). Variants
-(`sgdscale.comm.sharing.PUSHES_SHARE_EQUALLY`): `never`, the rule for every push (before); `sync`, sync PS
-pushes with at least as many workers as shards share equally; `always`, every push does (replies keep
-the rule in all three). One-shard predictions are the same under all (a worker's NIC then carries one
-push connection). Re-predicts every kept PS run with
-several shards of the named sets; nothing is rerun. Every set named here is a tuning set for it.
+of BatchNorm tensors on each other shard) ran as fast as one shard or faster, where fine was 8.3% too
+slow with three and 1.2% too fast with one (`results/shard_cpu_overlap-resnet18-w3-640Mbit.md`).
+Variants (`sgdscale.comm.sharing.PUSHES_SHARE_EQUALLY`): `never`, the rule for every push (before);
+`sync`, sync PS pushes with at least as many workers as shards share equally (one device per node,
+dedicated shards: every kept run here); `always`, every push does (replies keep the rule in all
+three). One-shard predictions are the same under all (a worker's NIC then carries one push
+connection). Re-predicts every kept PS run with several shards of the named sets; nothing is rerun.
+Every set named here is a tuning set for it.
 
     .venv/bin/python benchmarks/push_newcomer_tuning.py [--sets heldout27,...] [--method fine]
         [--strategies ps-sync,ps-async] [--output NAME]

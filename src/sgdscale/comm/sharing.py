@@ -66,6 +66,8 @@ def pushes_yield(sync: bool, workers: int, shards: int, shared_nics: bool = Fals
     """Whether a worker's pushes yield as newcomers to its pushes already moving (PUSHES_SHARE_EQUALLY).
     "sync" holds for one device per node and dedicated shards, as measured: where devices share a NIC
     or a shard shares its node, a sender's NIC carries many pushes and can bind, so they yield there."""
+    if PUSHES_SHARE_EQUALLY not in ("never", "sync", "always"):
+        raise ValueError(f"PUSHES_SHARE_EQUALLY must be never, sync or always, not {PUSHES_SHARE_EQUALLY!r}")
     if PUSHES_SHARE_EQUALLY == "always":
         return False
     return not (PUSHES_SHARE_EQUALLY == "sync" and sync and workers >= shards and not shared_nics)
