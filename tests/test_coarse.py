@@ -290,6 +290,34 @@ def test_coarse_sync_ps_follows_the_fine_simulation(model, workers, bandwidth_bp
     assert low <= coarse.throughput / fine.throughput - 1 <= high
 
 
+@pytest.mark.parametrize("model, workers", [("resnet18", 3), ("resnet50", 4), ("mobilenet_v2", 4),
+                                             ("densenet121", 3)])
+def test_coarse_counts_late_workers_over_the_shards_that_hold_bytes(model, workers):
+    """Round-robin over three shards puts nearly every byte of these CNNs on one shard (their tensors come
+    in threes: a convolution and its BatchNorm pair). A worker's link then carries little more than that
+    shard's bytes, as with one shard, so its notice is late there as often as with one shard: coarse
+    counts the shards as the worker's bytes over the busiest shard's (`LATE_SHARE_SHARDS = "bytes"`).
+    Counting every shard (S / (S + 1) = 3/4 late) made coarse 13-19% slower than fine here and 14% too
+    slow on sets 68 and 75 (benchmarks/coarse_late_share_shards.py); with the bytes 1-7%."""
+    import dataclasses
+
+    import sgdscale.coarse.models as coarse_models
+    from sgdscale.fine.ps import simulate_ps
+
+    profile = load_profile(model)
+    strategy = Strategy("ps-sync")
+    comm = dataclasses.replace(CommModel.from_link(1e9, 50e-6), share_weight_sigma=0.2)
+    cluster = Cluster(workers, 1e9, 50e-6, 3)
+    costs = coarse_models._ServerCosts(profile, cluster, strategy, comm)
+    assert costs.bytes.max() > 0.98 * costs.total_bytes
+    assert coarse_models._late_share_shards(costs) == pytest.approx(1.0, abs=0.02)
+    fine = simulate_ps(profile, cluster, strategy, comm, iterations=60, warmup=10, variability=False)
+    coarse = solve(profile, cluster, strategy, comm, variability=False)
+    assert abs(coarse.throughput / fine.throughput - 1) <= 0.08
+    balanced = coarse_models._ServerCosts(load_profile("resnet50"), Cluster(4, 1e9, 50e-6, 2), strategy, comm)
+    assert coarse_models._late_share_shards(balanced) == pytest.approx(2.0, rel=0.03)  # 51.7 and 50.5 MB
+
+
 @pytest.mark.parametrize("workers, bandwidth_bps", [(2, 1e9), (3, 1e9), (5, 3e8), (8, 10e9)])
 def test_coarse_sync_ps_shard_is_a_pipeline_of_its_own(workers, bandwidth_bps, monkeypatch):
     """A shard's pipeline carries only its own messages: with three shards, shard 0 holding the 8 MB

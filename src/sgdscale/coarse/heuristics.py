@@ -50,7 +50,13 @@ the share of the busiest server NIC's pull left after the push phase (benchmarks
 coarse_vs_fine_syncps.py: resnet50, bert, mobilenet_v2 at 1 Gbit/s, 2-8 workers, sigma 0.1-0.5):
 median 0.54 with one shard (0.34-0.84), 0.61 with two (0.41-0.77), 0.81 with four (0.65-1.12), a
 worker being late wherever any of its shards holds it back; the model takes S / (S + 1) of the
-workers as late with S shards (`late_share`). A whole pull after the push phase made coarse sync PS
+workers as late with S shards (`late_share`). Those placements spread the bytes evenly; S counts the
+shards as the worker's bytes over the busiest shard's (`coarse.models.LATE_SHARE_SHARDS`), since a
+worker's notice is later at the busiest shard the more of its bytes its link sends elsewhere first:
+where round-robin puts nearly every byte on one of three shards (resnet18, resnet50, mobilenet_v2,
+densenet121: a convolution and its BatchNorm pair in threes) it is about 1, as with one shard;
+counting all three made coarse 13-19% slower than fine there and 14% too slow on held-out sets 68
+and 75 (benchmarks/coarse_late_share_shards.py). A whole pull after the push phase made coarse sync PS
 12-18% too slow on the held-out sets. The replies follow the order in which the shard has summed and
 applied each message (`sync_pull_end_s`; the pushes and updates an exact FIFO flow shop,
 `flow_shop_s`): an early worker's reply of message g leaves once g is applied, a late worker's not
@@ -127,9 +133,10 @@ def split_by_bytes(total_s: float, nbytes: Sequence[float]) -> list[float]:
     return [total_s * b / whole for b in nbytes]
 
 
-def late_share(workers: int, shards: int) -> float:
+def late_share(workers: int, shards: float) -> float:
     """The share of workers that pull only after their own last push (module doc, "Sync PS pull
-    tail"): S / (S + 1) with S shards, from the fine simulator; a single worker is late alone."""
+    tail"): S / (S + 1) with S shards (counted by bytes: not always whole), from the fine simulator;
+    a single worker is late alone."""
     return 1.0 if workers <= 1 else shards / (shards + 1.0)
 
 

@@ -223,6 +223,27 @@ class _ServerCosts:
 SHARD_PIPELINES = False
 
 
+# How many shards the share of late workers counts (`heuristics.late_share`, module doc "Sync PS pull
+# tail"): "count", every shard (before); "bytes", the worker's bytes over the busiest shard's (S where
+# the placement balances the shards, about 1 where one shard holds nearly everything, as round-robin
+# over three shards does for most CNNs). A worker's notice reaches the busiest shard behind all the
+# pushes its link sends first, to every shard, so what counts is how much of its link's load goes
+# elsewhere. Tuning look (benchmarks/coarse_late_share_shards.py: kept sync-PS runs with several
+# shards of sets 27-76, measured files): 27 cases 8.0% -> 5.7% in the median; against fine on
+# built-ins with two and three shards 9.6% -> 2.8%. Held out on set 77 (its grid names the rule).
+LATE_SHARE_SHARDS = "bytes"
+
+
+def _late_share_shards(costs: _ServerCosts) -> float:
+    """The shard count `heuristics.late_share` takes (`LATE_SHARE_SHARDS`)."""
+    if LATE_SHARE_SHARDS == "count":
+        return float(costs.shards)
+    if LATE_SHARE_SHARDS != "bytes":
+        raise ValueError(f"unknown LATE_SHARE_SHARDS {LATE_SHARE_SHARDS!r}")
+    busiest = float(costs.bytes.max(initial=0.0))
+    return costs.total_bytes / busiest if busiest > 0 else float(costs.shards)
+
+
 def _shard_pipeline_late_share(workers: int, shards: int) -> float:
     """The share of late workers in one shard's own pipeline: one shard's (comment above); `shards`
     is there for `benchmarks/coarse_shard_pipelines.py`, which compares S / (S + 1)."""
@@ -312,7 +333,7 @@ def solve_ps_sync(profile: Profile, cluster: Cluster, strategy: Strategy, comm: 
                                           max(worker_nic_s, intra_s), update_per_shard, n)
         else:
             end = hz.sync_ps_end_s(ready, hz.split_by_bytes(transfer, sizes), hz.split_by_bytes(update, sizes),
-                                   server_pull, hz.late_share(n, costs.shards), max(worker_nic_s, intra_s),
+                                   server_pull, hz.late_share(n, _late_share_shards(costs)), max(worker_nic_s, intra_s),
                                    with_lead=server_binds)
         extra = max(0.0, end + 2 * costs.alpha - (pre_max.mean + slowed_s))
         serial = push + pull + update
