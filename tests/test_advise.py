@@ -102,6 +102,22 @@ def test_async_and_colocated_bounds_hold():
             assert advisor.point(config, n).throughput <= advisor.upper_bound(config, n), (config, n)
 
 
+def test_shards_are_also_tried_with_tensors_balanced_by_size():
+    """Round-robin over three shards puts 102.0 of resnet50's 102.2 MB on one shard (a convolution and its
+    BatchNorm pair come in threes): advise also tries tensors balanced by size there, which predicts
+    faster, and not with two shards, where round-robin already balances them (51.7 and 50.5 MB)."""
+    profile = load_profile("resnet50")
+    configs = candidates(profile, 1, kinds=("ps-sync",), ps_counts=(2, 3), groupings=("per-tensor",))
+    assert [(c.ps_count, c.placement) for c in configs if c.ps_placement == "dedicated"] == [
+        (2, "round-robin"), (3, "round-robin"), (3, "size")]
+    advice = advise(profile, Cluster(1, 1e9, 20e-6), CommModel.from_link(1e9, 20e-6), [8], kinds=("ps-sync",),
+                    ps_counts=(3,), groupings=("per-tensor",))
+    ranked = advice.answers["ranking"][0]["ranked"]  # three candidates: both placements, colocated servers
+    shards = {p["config"]["placement"]: p for p in ranked if p["config"]["ps_placement"] == "dedicated"}
+    assert "3 dedicated shards (tensors balanced by size)" in shards["size"]["label"]
+    assert shards["size"]["throughput"] > 1.5 * shards["round-robin"]["throughput"]
+
+
 def test_best_bucket_and_multi_gpu_schemes():
     profile = load_profile("resnet50")
     cluster = Cluster(1, 25e9, 20e-6, gpus_per_node=8, intra_bandwidth_bps=2.4e12)

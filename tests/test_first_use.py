@@ -170,6 +170,18 @@ def test_zoo_train_and_profile_build_the_builtin_model(tmp_path, capsys):
     assert measured["batch_size"] == 64 and measured["input"]["width"] == 2048
 
 
+def test_train_takes_predicts_placement_option(tmp_path, capsys):
+    """`train --placement size` puts tensors on shards as `predict --placement size` does; `--ps-placement`,
+    its old name on `train`, still works (on `predict` that name is dedicated or colocated servers)."""
+    pytest.importorskip("torch")
+    for flag in ("--placement", "--ps-placement"):
+        config = tmp_path / f"run{flag}.json"
+        code, _, err = run(capsys, "train", "mlp", "--strategy", "ps-sync", "--ps", "3", flag, "size",
+                           "--write-config", str(config))
+        assert code == 0, err
+        assert json.loads(config.read_text())["ps_placement"] == "size"
+
+
 def test_outputs_say_which_model():
     from sgdscale.commands.runtime import ran_line
     from sgdscale.runtime.train import TrainConfig

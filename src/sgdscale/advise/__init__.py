@@ -1,7 +1,8 @@
 """`advise`: search the choices a user controls and rank them, answering the questions users ask.
 
 The choices: strategy (sync all-reduce, sync PS, async PS), gradient grouping and bucket size
-(MG-WFBP included), server count and placement (dedicated or colocated), the all-reduce scheme
+(MG-WFBP included), server count and placement (dedicated or colocated), which shard holds each
+tensor (round-robin, and balanced by size where that lightens the busiest shard), the all-reduce scheme
 on multi-device nodes (flat, hierarchical, tree, auto), and the worker count. Every candidate is
 predicted with `sgdscale.predict.run_method` (coarse by default: milliseconds each), never with a
 model of its own, so advice and `predict` cannot disagree.

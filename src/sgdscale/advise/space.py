@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdscale.errors import UserError
+from sgdscale.placement import shard_bytes
 from sgdscale.profile import Profile
 from sgdscale.strategy import KINDS, MIB, Strategy
 
@@ -24,6 +25,10 @@ PS_GROUPINGS = ("per-tensor", "buckets")
 BANDWIDTH_RANGE_BPS = (1e6, 1e13)  # the bandwidth search's bracket: 1 Mbit/s .. 10 Tbit/s
 BANDWIDTH_PRECISION = 1.02  # the bandwidth answer is within 2% above the exact need
 FINE_MESSAGE_BUDGET = 3_000_000  # fine parameter-server confirmations cut iterations to stay near this
+# Dedicated shards are also tried with tensors balanced by size (`--placement size`) where that
+# takes at least this share off round-robin's busiest shard (round-robin over three shards puts
+# nearly every byte of most CNNs on one: a convolution and its BatchNorm pair come in threes).
+BALANCE_GAIN = 0.05
 
 
 
@@ -37,10 +42,12 @@ class Config:
     ps_count: int = 1  # dedicated shards; colocated = one per node
     ps_placement: str = "dedicated"
     allreduce: str = "flat"
+    placement: str = "round-robin"  # which shard holds each tensor (`sgdscale.placement`)
 
     def strategy(self, algorithm: str) -> Strategy:
         return Strategy(kind=self.kind, grouping=self.grouping, bucket_bytes=(self.bucket_mib or 25.0) * MIB,
-                        algorithm=algorithm, allreduce=self.allreduce, ps_placement=self.ps_placement)
+                        algorithm=algorithm, allreduce=self.allreduce, ps_placement=self.ps_placement,
+                        placement=self.placement)
 
     def label(self, gpus_per_node: int = 1) -> str:
         grouping = (f"buckets {self.bucket_mib or 25:g} MiB" if self.grouping == "buckets" else
@@ -51,6 +58,8 @@ class Config:
             return f"{KIND_LABELS[self.kind]}, {grouping}{scheme}"
         servers = ("colocated servers (one per node)" if self.ps_placement == "colocated"
                    else f"{self.ps_count} dedicated shard{'s' if self.ps_count > 1 else ''}")
+        if self.placement == "size":
+            servers += " (tensors balanced by size)"
         return f"{KIND_LABELS[self.kind]}, {servers}, {grouping}"
 
     def nodes(self, workers: int, gpus_per_node: int) -> int:
@@ -78,13 +87,26 @@ def candidates(profile: Profile, gpus_per_node: int, *, kinds: Sequence[str] = K
                 if kind == "allreduce":
                     out += [Config(kind, grouping, size, allreduce=scheme) for scheme in schemes]
                 else:
-                    out += [Config(kind, grouping, size, ps_count=s) for s in ps_counts if s <= tensors]
+                    for s in ps_counts:
+                        if s <= tensors:
+                            out.append(Config(kind, grouping, size, ps_count=s))
+                            if balancing_helps(profile, s):
+                                out.append(Config(kind, grouping, size, ps_count=s, placement="size"))
                     out.append(Config(kind, grouping, size, ps_placement="colocated"))
     if not out:
         raise UserError("no configuration to search: check --strategies and --groupings "
                         "(all-reduce groupings: " + ", ".join(ALLREDUCE_GROUPINGS) + "; PS: " +
                         ", ".join(PS_GROUPINGS) + ")")
     return out
+
+
+def balancing_helps(profile: Profile, shards: int) -> bool:
+    """Whether tensors balanced by size take at least `BALANCE_GAIN` off round-robin's busiest shard."""
+    if shards < 2:
+        return False
+    sizes = [t.bytes for t in profile.tensors]
+    round_robin = max(shard_bytes(sizes, shards, "round-robin"))
+    return max(shard_bytes(sizes, shards, "size")) <= (1 - BALANCE_GAIN) * round_robin
 
 
 @dataclass

@@ -38,7 +38,7 @@ Strategies and what they run:
               all-reduce per tensor / per module, started the moment its gradients are ready;
               single: one all-reduce of all gradients after backward (no overlap).
   ps-sync     parameter server on gloo send/recv: S shard ranks (--ps), tensors round-robin
-              (or --ps-placement size); workers push each gradient as soon as it is ready,
+              (or --placement size); workers push each gradient as soon as it is ready,
               shards average all N, update and send back; a layer's forward waits for its pull.
   ps-async    same, but each shard applies every worker's gradient on arrival and replies at
               once; no barrier. Throughput counts all workers' samples.
@@ -63,7 +63,9 @@ For PS strategies the world size is workers + ps (ranks >= workers are the shard
 @click.option("--strategy", default="allreduce", show_default=True,
               help="allreduce | ps-sync | ps-async.")
 @click.option("--ps", "ps_count", type=int, default=None, help="Parameter-server shards (PS strategies; default 1).")
-@click.option("--ps-placement", default="round-robin", show_default=True, help="round-robin | size.")
+@click.option("--placement", "--ps-placement", "ps_placement", default="round-robin", show_default=True,
+              help="Tensors on server shards: round-robin | size, as predict's --placement "
+                   "(--ps-placement: its old name here; predict's --ps-placement is dedicated | colocated).")
 @click.option("--grouping", default=None, help="allreduce: buckets (default) | single | per-layer | per-tensor.")
 @click.option("--bucket-mb", type=float, default=None, help="DDP bucket cap in MiB (grouping buckets; default 25).")
 @click.option("--batch-size", "-b", type=int, default=None,
