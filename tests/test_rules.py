@@ -15,7 +15,7 @@ from sgdscale.comm.cost import CommModel
 from sgdscale.errors import UserError
 from sgdscale.fine.dag import ps_plan
 from sgdscale.grouping import group_gradients, ready_offsets_s
-from sgdscale.placement import place_tensors, shard_bytes
+from sgdscale.placement import balance_gain, lopsided_note, place_tensors, shard_bytes
 from sgdscale.profile import load_profile
 from sgdscale.strategy import Strategy
 from sgdscale.units import parse_key_values
@@ -42,6 +42,18 @@ def test_both_methods_put_the_same_bytes_on_each_shard(placement, shards):
     plan = ps_plan(profile, cluster, strategy, CommModel.from_link(1e9, 1e-5))
     fine = [sum(b for b, s in zip(plan.bytes, plan.shard) if s == shard) for shard in range(shards)]
     np.testing.assert_allclose(fine, coarse_shard_bytes(profile, strategy, shards))
+
+
+def test_a_lopsided_round_robin_is_named_and_balancing_measured():
+    """Round-robin over three shards puts a convolution's weight and its BatchNorm pair on shards 0, 1
+    and 2, so every convolution lands on shard 0; balancing by size takes half off it. Two
+    shards alternate them, and nothing is said."""
+    sizes = [900, 10, 10] * 4  # 3.6 kB of "convolutions", 80 B of BatchNorm vectors
+    assert shard_bytes(sizes, 3) == [3600, 40, 40]
+    assert shard_bytes(sizes, 3, "size") == [1800, 940, 940] and balance_gain(sizes, 3) == pytest.approx(0.5)
+    note = lopsided_note(sizes, 3)
+    assert note is not None and "on shard 0 of 3" in note and "--placement size" in note
+    assert lopsided_note(sizes, 2) is None and balance_gain(sizes, 1) == 0.0 and lopsided_note([], 3) is None
 
 
 def test_ready_offsets_are_the_backward_time_up_to_each_group():

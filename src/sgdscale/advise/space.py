@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgdscale.errors import UserError
-from sgdscale.placement import shard_bytes
+from sgdscale.placement import BALANCE_GAIN, balance_gain
 from sgdscale.profile import Profile
 from sgdscale.strategy import KINDS, MIB, Strategy
 
@@ -25,10 +25,6 @@ PS_GROUPINGS = ("per-tensor", "buckets")
 BANDWIDTH_RANGE_BPS = (1e6, 1e13)  # the bandwidth search's bracket: 1 Mbit/s .. 10 Tbit/s
 BANDWIDTH_PRECISION = 1.02  # the bandwidth answer is within 2% above the exact need
 FINE_MESSAGE_BUDGET = 3_000_000  # fine parameter-server confirmations cut iterations to stay near this
-# Dedicated shards are also tried with tensors balanced by size (`--placement size`) where that
-# takes at least this share off round-robin's busiest shard (round-robin over three shards puts
-# nearly every byte of most CNNs on one: a convolution and its BatchNorm pair come in threes).
-BALANCE_GAIN = 0.05
 
 
 
@@ -101,12 +97,8 @@ def candidates(profile: Profile, gpus_per_node: int, *, kinds: Sequence[str] = K
 
 
 def balancing_helps(profile: Profile, shards: int) -> bool:
-    """Whether tensors balanced by size take at least `BALANCE_GAIN` off round-robin's busiest shard."""
-    if shards < 2:
-        return False
-    sizes = [t.bytes for t in profile.tensors]
-    round_robin = max(shard_bytes(sizes, shards, "round-robin"))
-    return max(shard_bytes(sizes, shards, "size")) <= (1 - BALANCE_GAIN) * round_robin
+    """Whether dedicated shards are tried with tensors balanced by size too (`placement.BALANCE_GAIN`)."""
+    return balance_gain([t.bytes for t in profile.tensors], shards) >= BALANCE_GAIN
 
 
 @dataclass

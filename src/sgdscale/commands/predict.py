@@ -284,6 +284,12 @@ def predict_command(profile: str, workers: str | None, strategy: str, nodes: str
         notes.append(UNMEASURED_SHARING_NOTE)
     measured = load_profile(profile)
     loaded = apply_calibration(measured, **calibration)
+    if plan.uses_servers and plan.ps_placement == "dedicated" and plan.placement == "round-robin":
+        from sgdscale.placement import lopsided_note
+
+        lopsided = lopsided_note([t.bytes for t in loaded.tensors], cluster.ps_count)
+        if lopsided:
+            notes.append(lopsided)
     from sgdscale.clusters import device_note
 
     mismatch = device_note(cluster_file, loaded)
