@@ -29,7 +29,9 @@ with equal sharing, as all of them did when recorded (none has a sharing fit); n
 an all-reduce beyond the network file's largest measured size (`sgdscale.comm.cost.BEYOND_SLOPE`,
 since set 54; `mlp-net`'s 25 MB buckets lie beyond its file's 16 MB): every case runs with the fitted line's;
 nor is coarse async PS's residual correction at the shard's replies (`sgdscale.coarse.models.SERVICE_CV2`,
-since set 66): every case runs with the plain MVA, as recorded.
+since set 66): every case runs with the plain MVA, as recorded; nor is coarse sync PS counting the
+shards of its late workers by bytes (`sgdscale.coarse.models.LATE_SHARE_SHARDS`, since set 77; `mlp`'s
+weights all land on one of `mlp-pssync`'s two shards): every case counts every shard, as recorded.
 """
 
 import dataclasses
@@ -52,9 +54,10 @@ REFERENCE = json.loads((Path(__file__).parent / "data" / "flat_reference.json").
 
 @pytest.fixture(autouse=True)
 def _as_recorded(monkeypatch):
-    """The fitted line beyond the curve and the plain MVA, as recorded (module docstring)."""
+    """The fitted line beyond the curve, the plain MVA and every shard counted, as recorded (module docstring)."""
     monkeypatch.setattr(cost, "BEYOND_SLOPE", "fitted line")
     monkeypatch.setattr(coarse_models, "SERVICE_CV2", dict.fromkeys(coarse_models.SERVICE_CV2, 1.0))
+    monkeypatch.setattr(coarse_models, "LATE_SHARE_SHARDS", "count")
 
 
 def _run(case, allreduce="flat"):
