@@ -230,3 +230,30 @@ def test_cli_framing_and_mtu(tmp_path, capsys):
     code, _, err = run(capsys, "gpt2", "--workers", "2", "--mtu", "100", "-o", str(tmp_path / "bad.csv"))
     assert code == 2 and "MTU" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "bad.csv").exists()
+
+
+def test_tensor_placement_is_an_axis_with_several_shards(tmp_path):
+    """`--placement round-robin,size` doubles the tasks with several shards only; a balanced resnet50 with
+    three shards (round-robin puts 102.0 of 102.2 MB on one) predicts as `predict --placement size` does,
+    and round-robin tasks keep the keys they had before the axis existed (older sweep files resume)."""
+    grid = {"profile": "resnet50", "workers": "2,4", "bandwidth": ["1Gbit"], "strategy": ["allreduce", "ps-sync"],
+            "ps": [1, 3]}
+    before = sweep.expand(grid)
+    tasks = sweep.expand(dict(grid, placement=["round-robin", "size"]))
+    assert len(before) == 3 and len(tasks) == 4  # all-reduce, one shard, three shards x 2 placements
+    assert {t["key"] for t in before} < {t["key"] for t in tasks}
+    with pytest.raises(Exception, match="unknown placement 'sized'"):
+        sweep.expand(dict(grid, placement=["sized"]))
+    out = tmp_path / "s.csv"
+    sweep.run_sweep(tasks, str(out), jobs=1)
+    rows = sweep.read_rows(str(out))
+    three = {r["placement"]: r for r in rows if r["ps_count"] == 3 and r["workers"] == 4}
+    counts, cluster, comm, _ = resolve_cluster(workers="2,4", nodes=None, gpus_per_node=1, intra_bandwidth=None,
+                                               intra_latency=None, cluster_file=None, bandwidth="1Gbit",
+                                               latency="20us", ps_count=3, ps_bandwidth=None, algorithm="ring",
+                                               network_file=None)
+    direct = predict(load_profile("resnet50"), cluster, Strategy(kind="ps-sync", grouping="per-tensor", placement="size"),
+                     comm, counts, ["coarse"])
+    assert three["size"]["throughput"] == direct.results[-1].throughput
+    assert three["size"]["throughput"] > 1.5 * three["round-robin"]["throughput"]
+    assert all(r["placement"] is None for r in rows if r["ps_count"] in (1, None))

@@ -1,9 +1,10 @@
 """`sweep`: predictions over a grid, on a process pool or a Dask cluster, streamed to a columnar file.
 
 A grid is the product of workers x nodes' devices x bandwidth x latency x strategy x grouping x
-bucket size x server count (x placement, all-reduce scheme, method). Dimensions that do not apply
-collapse (bucket size only for `buckets`, server count and placement only for parameter servers,
-the scheme only for all-reduce on multi-device nodes), so no prediction is made twice.
+bucket size x server count (x server placement, tensor placement, all-reduce scheme, method).
+Dimensions that do not apply collapse (bucket size only for `buckets`, server count and placements
+only for parameter servers, tensor placement only with several shards, the scheme only for all-reduce
+on multi-device nodes), so no prediction is made twice.
 
 **Tasks.** One task is one `sgdscale.predict.predict` call: every worker count of one
 configuration, sharing the one-worker baseline, exactly as `sgdscale predict` would run it, so a
@@ -53,6 +54,7 @@ SPEC_KEYS = {
     "bucket_mb": ([25.0], "list"),
     "ps": ([1], "list"),
     "ps_placement": (["dedicated"], "list"),
+    "placement": (["round-robin"], "list"),
     "allreduce": (["flat"], "list"),
     "algorithm": ("ring", "scalar"),
     "framing": ("ethernet", "scalar"),
@@ -68,7 +70,7 @@ TASK_KEYS = ("profile", "workers", "gpus_per_node", "bandwidth", "latency", "int
              "method", "iterations", "warmup", "seed", "variability")
 COLUMNS = (
     ("task", "str"), ("model", "str"), ("method", "str"), ("strategy", "str"), ("grouping", "str"),
-    ("bucket_mb", "float"), ("ps_count", "int"), ("ps_placement", "str"), ("allreduce", "str"),
+    ("bucket_mb", "float"), ("ps_count", "int"), ("ps_placement", "str"), ("placement", "str"), ("allreduce", "str"),
     ("gpus_per_node", "int"), ("nodes", "int"), ("workers", "int"), ("bandwidth_bps", "float"),
     ("latency_s", "float"), ("framing", "str"), ("throughput", "float"), ("likely_low", "float"),
     ("likely_high", "float"), ("likely_note", "str"), ("speedup", "float"), ("efficiency", "float"),
@@ -153,11 +155,12 @@ def normalize(spec: dict[str, Any]) -> dict[str, Any]:
 
 def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
     """Every task of the grid, with dimensions that do not apply collapsed (module docstring)."""
+    from sgdscale.placement import PLACEMENTS
     from sgdscale.strategy import ALLREDUCE_SCHEMES, GROUPINGS, KINDS, PS_PLACEMENTS
 
     s = normalize(spec)
-    for key, allowed in (("strategy", KINDS), ("ps_placement", PS_PLACEMENTS), ("allreduce", ALLREDUCE_SCHEMES),
-                         ("method", ("fine", "coarse"))):
+    for key, allowed in (("strategy", KINDS), ("ps_placement", PS_PLACEMENTS), ("placement", PLACEMENTS),
+                         ("allreduce", ALLREDUCE_SCHEMES), ("method", ("fine", "coarse"))):
         for value in s[key]:
             if value not in allowed:
                 raise UserError(f"unknown {key.replace('_', '-')} '{value}' in the grid; choose from {', '.join(allowed)}")
@@ -180,9 +183,9 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
     for value in s["gpus_per_node"]:
         inputs.check(value, "--gpus-per-node", inputs.GPUS_PER_NODE, "e.g. --gpus-per-node 1,8")
     seen: dict[str, dict[str, Any]] = {}
-    for gpus, bw, lat, kind, grouping, bucket, ps, placement, scheme, method in itertools.product(
+    for gpus, bw, lat, kind, grouping, bucket, ps, placement, tensors_on, scheme, method in itertools.product(
             s["gpus_per_node"], s["bandwidth"], s["latency"], s["strategy"], s["grouping"], s["bucket_mb"], s["ps"],
-            s["ps_placement"], s["allreduce"], s["method"]):
+            s["ps_placement"], s["placement"], s["allreduce"], s["method"]):
         default_grouping = "per-tensor" if kind.startswith("ps") else "buckets"
         grouping = grouping or default_grouping
         servers = kind.startswith("ps")
@@ -194,6 +197,8 @@ def expand(spec: dict[str, Any]) -> list[dict[str, Any]]:
             "strategy": kind, "grouping": grouping, "bucket_mb": bucket if grouping == "buckets" else None,
             "ps": (ps if placement == "dedicated" else 1) if servers else None,
             "ps_placement": placement if servers else None,
+            # which shard holds each tensor matters only with several (colocated: one per node)
+            "placement": tensors_on if servers and (ps > 1 or placement == "colocated") else None,
             "allreduce": scheme if (kind == "allreduce" and gpus > 1) else "flat",
             "algorithm": s["algorithm"], "framing": str(s["framing"]), "mtu": s["mtu"], "method": method,
             "iterations": int(s["iterations"]),
@@ -222,7 +227,12 @@ def _workers_text(s: dict[str, Any], gpus: int) -> str:
 
 
 def task_key(task: dict[str, Any]) -> str:
-    body = json.dumps({k: task[k] for k in TASK_KEYS}, sort_keys=True, default=str)
+    """A hash of the task's inputs. Round-robin placement (or none) is left out, so tasks keep the keys
+    they had before the placement axis and older sweep files' rows still count as done."""
+    inputs_ = {k: task[k] for k in TASK_KEYS}
+    if task.get("placement") not in (None, "round-robin"):
+        inputs_["placement"] = task["placement"]
+    body = json.dumps(inputs_, sort_keys=True, default=str)
     return hashlib.sha1(body.encode()).hexdigest()[:16]
 
 
@@ -253,7 +263,8 @@ def _inputs(task: dict[str, Any]):
         algorithm=task["algorithm"], network_file=None, framing=task["framing"], mtu=task["mtu"])
     strategy = Strategy(kind=task["strategy"], grouping=task["grouping"],
                         bucket_bytes=(task["bucket_mb"] or 25.0) * MIB, algorithm=task["algorithm"],
-                        allreduce=task["allreduce"], ps_placement=task["ps_placement"] or "dedicated")
+                        allreduce=task["allreduce"], ps_placement=task["ps_placement"] or "dedicated",
+                        placement=task.get("placement") or "round-robin")
     profile = _profile(task["profile"])
     from sgdscale.predict import check_inputs
 
@@ -278,7 +289,7 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({
             "task": task["key"], "model": profile.model, "method": r.method, "strategy": strategy.kind,
             "grouping": strategy.grouping, "bucket_mb": task["bucket_mb"], "ps_count": task["ps"],
-            "ps_placement": task["ps_placement"], "allreduce": task["allreduce"],
+            "ps_placement": task["ps_placement"], "placement": task.get("placement"), "allreduce": task["allreduce"],
             "gpus_per_node": cluster.gpus_per_node, "nodes": -(-r.workers // cluster.gpus_per_node),
             "workers": r.workers, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
             "framing": cluster.framing, "throughput": r.throughput, "likely_low": likely.get("low"),
@@ -419,12 +430,12 @@ def _arrow(rows: list[dict[str, Any]]):
 
 def _typed(row: dict[str, str]) -> dict[str, Any]:
     """A CSV row with the types Parquet keeps (an empty cell is None, except for text columns,
-    where only the server placement can be absent)."""
+    where only the server and tensor placements can be absent)."""
     out: dict[str, Any] = {}
     for name, kind in COLUMNS:
         value = row.get(name, "")
         if value == "":
-            out[name] = "" if kind == "str" and name != "ps_placement" else None
+            out[name] = "" if kind == "str" and name not in ("ps_placement", "placement") else None
         elif kind == "int":
             out[name] = int(float(value))
         elif kind == "float":

@@ -12,7 +12,8 @@ GRID_OPTIONS = {
     "workers": "workers", "nodes": "nodes", "gpus_per_node": "gpus_per_node", "bandwidth": "bandwidth",
     "latency": "latency", "intra_bandwidth": "intra_bandwidth", "intra_latency": "intra_latency",
     "strategy": "strategy", "grouping": "grouping", "bucket_mb": "bucket_mb", "ps": "ps",
-    "ps_placement": "ps_placement", "allreduce": "allreduce", "algorithm": "algorithm", "framing": "framing",
+    "ps_placement": "ps_placement", "placement": "placement", "allreduce": "allreduce", "algorithm": "algorithm",
+    "framing": "framing",
     "mtu": "mtu", "method": "method",
     "iterations": "iterations", "warmup": "warmup", "seed": "seed",
 }
@@ -35,6 +36,8 @@ GRID_OPTIONS = {
 @click.option("--bucket-mb", default=None, metavar="MIB,...", help="DDP bucket caps in MiB. [default: 25]")
 @click.option("--ps", default=None, metavar="S,...", help="Server shard counts (parameter servers). [default: 1]")
 @click.option("--ps-placement", default=None, metavar="P,...", help="dedicated, colocated. [default: dedicated]")
+@click.option("--placement", default=None, metavar="P,...",
+              help="Tensors on server shards: round-robin, size. [default: round-robin]")
 @click.option("--allreduce", default=None, metavar="A,...", help="flat, hierarchical, tree, auto (multi-device nodes).")
 @click.option("--algorithm", default=None, help="ring, tree or halving-doubling (one value). [default: ring]")
 @click.option("--framing", type=click.Choice(list(FRAMINGS)), default=None,
@@ -58,8 +61,8 @@ GRID_OPTIONS = {
 def sweep_command(profile: str | None, spec_path: str | None, output: str, jobs: int | None, scheduler: str | None,
                   plot_prefix: str | None, no_variability: bool, **options) -> None:
     """Predict every point of a grid for PROFILE (or the spec's `profile`): workers x bandwidth x
-    latency x strategy x grouping x bucket size x server count (x devices per node, placement,
-    scheme, method). Each row is what `sgdscale predict` gives for that point, with the 80% range
+    latency x strategy x grouping x bucket size x server count (x devices per node, server placement,
+    tensor placement, scheme, method). Each row is what `sgdscale predict` gives for that point, with the 80% range
     predict states for it (likely_low..likely_high, samples/s; likely_note says why a row has none).
 
     \b
