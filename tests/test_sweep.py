@@ -235,7 +235,7 @@ def test_cli_framing_and_mtu(tmp_path, capsys):
 def test_tensor_placement_is_an_axis_with_several_shards(tmp_path):
     """`--placement round-robin,size` doubles the tasks with several shards only; a balanced resnet50 with
     three shards (round-robin puts 102.0 of 102.2 MB on one) predicts as `predict --placement size` does,
-    and round-robin tasks keep the keys they had before the axis existed (older sweep files resume)."""
+    and asking for size too leaves the round-robin tasks' keys as they were (a sweep widened later resumes)."""
     grid = {"profile": "resnet50", "workers": "2,4", "bandwidth": ["1Gbit"], "strategy": ["allreduce", "ps-sync"],
             "ps": [1, 3]}
     before = sweep.expand(grid)

@@ -66,11 +66,12 @@ SPEC_KEYS = {
     "variability": (True, "scalar"),
 }
 TASK_KEYS = ("profile", "workers", "gpus_per_node", "bandwidth", "latency", "intra_bandwidth", "intra_latency",
-             "strategy", "grouping", "bucket_mb", "ps", "ps_placement", "allreduce", "algorithm", "framing", "mtu",
-             "method", "iterations", "warmup", "seed", "variability")
+             "strategy", "grouping", "bucket_mb", "ps", "ps_placement", "placement", "allreduce", "algorithm",
+             "framing", "mtu", "method", "iterations", "warmup", "seed", "variability")
 COLUMNS = (
     ("task", "str"), ("model", "str"), ("method", "str"), ("strategy", "str"), ("grouping", "str"),
-    ("bucket_mb", "float"), ("ps_count", "int"), ("ps_placement", "str"), ("placement", "str"), ("allreduce", "str"),
+    ("bucket_mb", "float"), ("ps_count", "int"), ("ps_placement", "str"), ("placement", "str"),
+    ("allreduce", "str"),
     ("gpus_per_node", "int"), ("nodes", "int"), ("workers", "int"), ("bandwidth_bps", "float"),
     ("latency_s", "float"), ("framing", "str"), ("throughput", "float"), ("likely_low", "float"),
     ("likely_high", "float"), ("likely_note", "str"), ("speedup", "float"), ("efficiency", "float"),
@@ -227,12 +228,7 @@ def _workers_text(s: dict[str, Any], gpus: int) -> str:
 
 
 def task_key(task: dict[str, Any]) -> str:
-    """A hash of the task's inputs. Round-robin placement (or none) is left out, so tasks keep the keys
-    they had before the placement axis and older sweep files' rows still count as done."""
-    inputs_ = {k: task[k] for k in TASK_KEYS}
-    if task.get("placement") not in (None, "round-robin"):
-        inputs_["placement"] = task["placement"]
-    body = json.dumps(inputs_, sort_keys=True, default=str)
+    body = json.dumps({k: task[k] for k in TASK_KEYS}, sort_keys=True, default=str)
     return hashlib.sha1(body.encode()).hexdigest()[:16]
 
 
@@ -264,7 +260,7 @@ def _inputs(task: dict[str, Any]):
     strategy = Strategy(kind=task["strategy"], grouping=task["grouping"],
                         bucket_bytes=(task["bucket_mb"] or 25.0) * MIB, algorithm=task["algorithm"],
                         allreduce=task["allreduce"], ps_placement=task["ps_placement"] or "dedicated",
-                        placement=task.get("placement") or "round-robin")
+                        placement=task["placement"] or "round-robin")
     profile = _profile(task["profile"])
     from sgdscale.predict import check_inputs
 
@@ -289,7 +285,7 @@ def run_task(task: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({
             "task": task["key"], "model": profile.model, "method": r.method, "strategy": strategy.kind,
             "grouping": strategy.grouping, "bucket_mb": task["bucket_mb"], "ps_count": task["ps"],
-            "ps_placement": task["ps_placement"], "placement": task.get("placement"), "allreduce": task["allreduce"],
+            "ps_placement": task["ps_placement"], "placement": task["placement"], "allreduce": task["allreduce"],
             "gpus_per_node": cluster.gpus_per_node, "nodes": -(-r.workers // cluster.gpus_per_node),
             "workers": r.workers, "bandwidth_bps": cluster.bandwidth_bps, "latency_s": cluster.latency_s,
             "framing": cluster.framing, "throughput": r.throughput, "likely_low": likely.get("low"),

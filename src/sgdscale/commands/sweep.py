@@ -62,8 +62,9 @@ def sweep_command(profile: str | None, spec_path: str | None, output: str, jobs:
                   plot_prefix: str | None, no_variability: bool, **options) -> None:
     """Predict every point of a grid for PROFILE (or the spec's `profile`): workers x bandwidth x
     latency x strategy x grouping x bucket size x server count (x devices per node, server placement,
-    tensor placement, scheme, method). Each row is what `sgdscale predict` gives for that point, with the 80% range
-    predict states for it (likely_low..likely_high, samples/s; likely_note says why a row has none).
+    tensor placement, scheme, method). Each row is what `sgdscale predict` gives for that point, with
+    the 80% range predict states for it (likely_low..likely_high, samples/s; likely_note says why a row
+    has none).
 
     \b
     Examples:
