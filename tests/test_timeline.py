@@ -255,3 +255,35 @@ def test_untraced_run_records_no_events():
     assert m.config.traced is None and "traced" not in m.to_json()["config"]
     assert all(w.events is None for w in m.workers) and all(s.events is None for s in m.servers)
     assert len(measured_events(m)) > 0  # phases alone still make a timeline
+
+
+@pytest.mark.parametrize("compute", ["sleep", "spin"])
+def test_trace_compare_predicts_a_replay_with_the_network_model_validation_scores_it_with(monkeypatch, compute):
+    """A replay whose layers sleep leaves its workers' CPU to gloo: the side by side predicts it as
+    the validator does (no worker interference, CPU per message or wake-up; the shard's own costs
+    kept), and a spinning replay, like real compute, pays them all."""
+    from types import SimpleNamespace
+
+    from sgdscale.commands import runtime
+    from sgdscale.comm.network import load_network
+    from sgdscale.report import timeline
+
+    network = load_network("benchmarks/results/accuracy-heldout71/networks/850Mbit-q0.22-n4-7.json")
+    full = CommModel.from_network(network)
+    assert full.interference is not None and full.worker_cpu_s_per_message > 0 and full.worker_cpu_s_per_wakeup > 0
+    seen = {}
+    monkeypatch.setattr(timeline, "predicted_events", lambda *a, **k: seen.setdefault("comm", a[3]) and [])
+    monkeypatch.setattr(timeline, "write_side_by_side", lambda *a, **k: None)
+    config = SimpleNamespace(workers=2, ps_count=1, strategy="ps-sync", ps_placement=None, workload="replay",
+                             replay_compute=compute, iterations=3)
+    runtime.write_comparison(SimpleNamespace(config=config), {"network": network, "bandwidth_bps": 850e6,
+                                                              "profile": None, "profile_source": "bert",
+                                                              "network_source": "net.json"}, "x.json")
+    comm = seen["comm"]
+    if compute == "sleep":
+        assert comm == full.for_sleeping_workers()
+        assert (comm.interference, comm.worker_cpu_s_per_message, comm.worker_cpu_s_per_wakeup) == (None, 0.0, 0.0)
+        assert (comm.server_cpu_s_per_byte, comm.server_cpu_s_per_message) == (full.server_cpu_s_per_byte,
+                                                                                full.server_cpu_s_per_message)
+    else:
+        assert comm == full

@@ -37,7 +37,6 @@ each run records the CPU its nodes really received and the machine's other load.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import sys
@@ -408,8 +407,7 @@ class Validator:
             budget, _ = node_model(nominal, network=None, link_bps=payload_bps,
                                    cpu_cores=self.grid.cpu_per_node_cores)
             if sleeps(case):
-                budget = dataclasses.replace(budget, interference=None, worker_cpu_s_per_message=0.0,
-                                             worker_cpu_s_per_wakeup=0.0)
+                budget = budget.for_sleeping_workers()
             models["budget"] = budget
         return cluster, models
 
@@ -431,8 +429,7 @@ class Validator:
                                else self.ensure_network(case.bandwidth_bps, round_index))
         comm = CommModel.from_network(network)
         if sleeps(case):
-            comm = dataclasses.replace(comm, interference=None, worker_cpu_s_per_message=0.0,
-                                       worker_cpu_s_per_wakeup=0.0)
+            comm = comm.for_sleeping_workers()
         cluster = Cluster(case.workers, case.bandwidth_bps, network.p2p.alpha_s, max(1, case.ps_count))
         variability = case.spec.kind != "replay"  # a replay spends the profiled means
         return profile, cluster, Strategy(kind=case.strategy), comm, variability

@@ -118,6 +118,12 @@ class CommModel:
                    Interference.from_network(network), server_cpu, message_cpu, message_cpu, sigma,
                    NEWCOMER_SHARE_WEIGHT, copy, quota, wakeup_cpu)
 
+    def for_sleeping_workers(self) -> CommModel:
+        """The same network as workers whose compute sleeps (a replay's default) meet it: their layers
+        take no CPU from gloo, nor gloo from them, so they pay no interference and no CPU per message
+        or wake-up; a shard still pays its own."""
+        return dataclasses.replace(self, interference=None, worker_cpu_s_per_message=0.0, worker_cpu_s_per_wakeup=0.0)
+
     def with_bandwidth_scaled(self, slowdown: float) -> CommModel:
         """The same network with every per-byte cost `slowdown` times higher (a slower link)."""
         def scale(fit: AlphaBeta) -> AlphaBeta:

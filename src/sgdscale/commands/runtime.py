@@ -233,8 +233,6 @@ def compare_inputs(replayed: str | None, profile_arg: str | None, network_arg: s
 
 def write_comparison(measurement, compare: dict, path: str) -> None:
     """The prediction of the run's own configuration, side by side with what it measured."""
-    import dataclasses
-
     from sgdscale.cluster import Cluster
     from sgdscale.comm import CommModel
     from sgdscale.report.timeline import predicted_events, run_strategy, write_side_by_side
@@ -252,7 +250,7 @@ def write_comparison(measurement, compare: dict, path: str) -> None:
         comm = CommModel.from_link(cluster.payload_bps, cluster.latency_s)
     replay = cfg.workload == "replay"
     if replay and cfg.replay_compute == "sleep":
-        comm = dataclasses.replace(comm, interference=None)  # a sleeping layer takes no CPU from gloo
+        comm = comm.for_sleeping_workers()  # as validation predicts such a run
     # A replay spends the profiled means, so it is predicted without per-iteration variability.
     predicted = predicted_events(compare["profile"], cluster, run_strategy(cfg), comm, cfg.iterations,
                                  variability=not replay)
