@@ -23,37 +23,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from repredict_sets import sleeping_replay_predictions
+
 HERE = Path(__file__).resolve().parent
 CLI = [sys.executable, "-m", "sgdscale.cli"]
-PREDICT_ITERATIONS = 200  # as the validator's
 PLACEMENTS = ("round-robin", "size")
 
 
 def predict(args: argparse.Namespace, placement: str) -> dict[str, float]:
-    """samples/s per method, as the validator predicts a sleeping replay (`Validator.predict_case`): from
-    the measured file, less what sleeping workers do not pay (`CommModel.for_sleeping_workers`), and
-    from nominal figures at the testbed's framing; no per-step variability, 200 steps."""
-    from sgdscale.cluster import Cluster
-    from sgdscale.comm import CommModel
-    from sgdscale.comm.network import load_network
-    from sgdscale.predict import predict as predict_step
-    from sgdscale.profile import load_profile
-    from sgdscale.runtime.testbed import LINK_FRAMING
-    from sgdscale.strategy import Strategy
-    from sgdscale.units import parse_bandwidth_bps
-
-    profile, strategy = load_profile(args.profile), Strategy(kind="ps-sync", placement=placement)
-    network, bandwidth_bps = load_network(args.network), parse_bandwidth_bps(args.bandwidth)
-    nominal = Cluster(args.workers, bandwidth_bps, ps_count=args.shards, framing=LINK_FRAMING)
-    sources = {"": (Cluster(args.workers, bandwidth_bps, network.p2p.alpha_s, args.shards),
-                    CommModel.from_network(network).for_sleeping_workers()),
-               "-nominal": (nominal, CommModel.from_link(nominal.payload_bps, nominal.latency_s))}
-    out = {}
-    for suffix, (cluster, comm) in sources.items():
-        made = predict_step(profile, cluster, strategy, comm, [args.workers], methods=("fine", "coarse"),
-                            iterations=PREDICT_ITERATIONS, variability=False)
-        out.update({f"{r.method}{suffix}": r.throughput for r in made.results})
-    return out
+    return sleeping_replay_predictions(args.profile, args.workers, args.shards, "ps-sync", args.bandwidth,
+                                       args.network, placement)
 
 
 def run(args: argparse.Namespace, placement: str, out: Path) -> float:

@@ -28,7 +28,7 @@ from unittest import mock
 from sgdscale.commands.validate import model_spec, replay_spec
 from sgdscale.predict import predict
 from sgdscale.units import parse_bandwidth_bps
-from sgdscale.validation import Grid, Validator, at_run_speed, runs_of
+from sgdscale.validation import PREDICT_ITERATIONS, Grid, Validator, at_run_speed, runs_of
 
 HERE = Path(__file__).resolve().parent
 SETS = ("heldout", "heldout2", "heldout3", "heldout4", "heldout5", "heldout6", "heldout7", "heldout8")
@@ -189,6 +189,33 @@ def current(validator: Validator, case, round_index: int, methods: list[str],
                              iterations=iterations, variability=variability, seed=seed)
             out.update({f"{r.method}-{label}": r.throughput for r in result.results})
     return {m: out[m] for m in methods}
+
+
+def sleeping_replay_predictions(profile_name: str, workers: int, shards: int, strategy_kind: str, bandwidth: str,
+                                network_path: str, placement: str = "round-robin") -> dict[str, float]:
+    """samples/s per method for a sleeping replay run outside a set (a testbed benchmark's own runs), as
+    the validator predicts one (`Validator.predict_case`): from the measured file, less what sleeping
+    workers do not pay (`CommModel.for_sleeping_workers`), and from nominal figures at the testbed's
+    framing (`-nominal`); no per-step variability, the validator's 200 steps."""
+    from sgdscale.cluster import Cluster
+    from sgdscale.comm import CommModel
+    from sgdscale.comm.network import load_network
+    from sgdscale.profile import load_profile
+    from sgdscale.runtime.testbed import LINK_FRAMING
+    from sgdscale.strategy import Strategy
+
+    profile, strategy = load_profile(profile_name), Strategy(kind=strategy_kind, placement=placement)
+    network, bandwidth_bps = load_network(network_path), parse_bandwidth_bps(bandwidth)
+    nominal = Cluster(workers, bandwidth_bps, ps_count=shards, framing=LINK_FRAMING)
+    sources = {"": (Cluster(workers, bandwidth_bps, network.p2p.alpha_s, shards),
+                    CommModel.from_network(network).for_sleeping_workers()),
+               "-nominal": (nominal, CommModel.from_link(nominal.payload_bps, nominal.latency_s))}
+    out = {}
+    for suffix, (cluster, comm) in sources.items():
+        made = predict(profile, cluster, strategy, comm, [workers], methods=("fine", "coarse"),
+                       iterations=PREDICT_ITERATIONS, variability=False)
+        out.update({f"{r.method}{suffix}": r.throughput for r in made.results})
+    return out
 
 
 def main(argv: list[str]) -> int:

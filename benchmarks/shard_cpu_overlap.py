@@ -28,20 +28,17 @@ import argparse
 import gzip
 import json
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
+from repredict_sets import sleeping_replay_predictions
 from shard_link_use import NET, find_veth, measured_or_kept, train_while_sampling
 
 from sgdscale.runtime.measurement import common_window, measurement_from_json
 from sgdscale.runtime.testbed import CGROUP_CPU_ROOT, CGROUP_CPUACCT_ROOT
 
 HERE = Path(__file__).resolve().parent
-CLI = [sys.executable, "-m", "sgdscale.cli"]
 BUSY = 0.2  # a bin's direction is busy at this share of the point-to-point rate or more
 CLASSES = ("pushes only", "both", "replies only", "neither")
 COLUMNS = ("unix_s", "bytes_into_node", "bytes_out_of_node", "cpu_user_ns", "cpu_sys_ns", "throttled_ns")
@@ -116,17 +113,13 @@ def where_cpu_went(rows: list[tuple], start: float, end: float, p2p_bps: float) 
             "throttled_share": throttled_s / window}
 
 
-def predict(args: argparse.Namespace, shards: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "p.json"
-        done = subprocess.run(CLI + ["predict", args.profile, "--strategy", args.strategy, "--ps", str(shards),
-                                     "--workers", str(args.workers), "--network", args.network,
-                                     "--cpu-per-node", str(args.quota), "--json", str(out)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"predict failed:\n{done.stderr}")
-        results = json.loads(out.read_text())["results"]
-    return {r["method"]: r["throughput"] for r in results}
+def predict(args: argparse.Namespace | dict, shards: int) -> dict:
+    """fine's and coarse's samples/s as the validator predicts a sleeping replay. Reports made before
+    2026-12-07 kept predictions from `sgdscale predict --network --cpu-per-node`, which charged the
+    sleeping workers the file's interference and CPU per message (`--repredict`)."""
+    a = vars(args) if isinstance(args, argparse.Namespace) else args
+    network = Path(a["network"]) if Path(a["network"]).exists() else HERE / a["network"]
+    return sleeping_replay_predictions(a["profile"], a["workers"], shards, a["strategy"], a["bandwidth"], str(network))
 
 
 def run_case(args: argparse.Namespace, shards: int, out: Path) -> dict:
@@ -217,9 +210,16 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=5.0)
     parser.add_argument("--output", default="shard_cpu_overlap")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from <output>.json, no runs")
+    parser.add_argument("--repredict", action="store_true",
+                        help="with --report-only: today's predictions beside the kept runs, in <output>-today.md")
     args = parser.parse_args()
+    if args.repredict and not args.report_only:
+        parser.error("--repredict re-predicts kept runs: give --report-only too")
     out = HERE / "results" / args.output
     record, argv = measured_or_kept(args, out, measure)
+    if args.repredict:  # the kept runs beside today's predictions, in a file of their own
+        record["predicted"] = {k: predict(record["args"], int(k)) for k in record["runs"]}
+        argv, out = argv + ["--report-only", "--repredict"], out.with_name(out.name + "-today")
     text = report(record, argv)
     out.with_suffix(".md").write_text(text)
     print(text)

@@ -162,6 +162,10 @@ class Grid:
         return cases
 
 
+# Steps the fine method simulates per prediction of a case (its own sampling noise: benchmarks/prediction_noise.py).
+PREDICT_ITERATIONS = 200
+
+
 def sleeps(case: Case) -> bool:
     """A replay whose layers sleep: they take no CPU from gloo, nor gloo from them, so its workers
     pay no interference and no per-message CPU (the shard still does)."""
@@ -244,7 +248,7 @@ class Validator:
     """Runs a grid case by case with caching and resume; see the module docstring."""
 
     def __init__(self, grid: Grid, out_dir: Path, *, log: Callable[[str], None] = print,
-                 predict_iterations: int = 200, trace_dir: Path | None = None) -> None:
+                 predict_iterations: int = PREDICT_ITERATIONS, trace_dir: Path | None = None) -> None:
         self.grid = grid
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.out_dir = Path(out_dir)
