@@ -8,13 +8,15 @@ set 36's shards spent what they are charged (`benchmarks/shard_cpu_charge.py`), 
 the suspect. Variants (`sgdscale.fine.ps`): `arrival`, each copy's receive CPU charged when it has
 arrived (RECEIVE_ON_ARRIVAL); `receive`, charged while it arrives, overlapping its transfer
 (RECEIVE_OVERLAPS_TRANSFER); `both`, also each reply's CPU beside its sending
-(SEND_OVERLAPS_TRANSFER); `series`, none (as used); `bytes`, both but only the CPU per byte, the CPU per
-message in series (fine_dag.MESSAGE_CPU_OVERLAPS off: held out on set 75, not kept; the others
-overlap the message's CPU too where they overlap). This re-predicts every kept PS run of the named
-sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
+(SEND_OVERLAPS_TRANSFER); `series`, none (as before set 78); `bytes`, both but only the CPU per byte, the
+CPU per message in series (fine_dag.MESSAGE_CPU_OVERLAPS off: held out on set 75, not kept; the others
+overlap the message's CPU too where they overlap); `duplex`, `bytes` with a shard's pushes at 0.86 of its
+downlink while its uplink sends (sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING: the change held out on
+set 78). Every variant but `duplex` keeps the directions independent. This re-predicts every kept PS run
+of the named sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
 
     .venv/bin/python benchmarks/receive_overlap_tuning.py [--sets heldout10,...] [--kind real|replay]
-        [--strategies ps-sync] [--variants series,arrival,receive,both,bytes] [--output NAME]
+        [--strategies ps-sync] [--variants series,arrival,receive,both,bytes,duplex] [--output NAME]
 
 Raw output: benchmarks/results/receive_overlap_tuning.md (or --output NAME).
 """
@@ -28,17 +30,19 @@ from unittest import mock
 
 from repredict_sets import HERE, variant_table
 
+import sgdscale.comm.sharing as sharing
 import sgdscale.fine.dag as fine_dag
 import sgdscale.fine.ps as fine_ps
 
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(10, 37))
 
 
-def rules(arrival: bool, receive: bool, send: bool, message: bool = True):
+def rules(arrival: bool, receive: bool, send: bool, message: bool = True, duplex: float = 1.0):
     @contextmanager
     def patched():
         with mock.patch.multiple(fine_ps, RECEIVE_ON_ARRIVAL=arrival, RECEIVE_OVERLAPS_TRANSFER=receive,
                                  SEND_OVERLAPS_TRANSFER=send), \
+                mock.patch.object(sharing, "RECEIVE_SHARE_WHILE_SENDING", duplex), \
                 mock.patch.object(fine_dag, "MESSAGE_CPU_OVERLAPS", message):
             yield
     return patched
@@ -51,6 +55,9 @@ VARIANTS = {
     "both": ("receive and send overlap", "both overlap", rules(False, True, True)),
     "bytes": ("the bytes' CPU overlaps both ways, the message's in series (held out on set 75)", "bytes overlap",
               rules(False, True, True, message=False)),
+    "duplex": ("the bytes' CPU beside the wire, a shard's pushes at 0.86 of its downlink while it replies "
+               "(held out on set 78)", "bytes overlap, duplex 0.86", rules(False, True, True, message=False,
+                                                                              duplex=0.86)),
 }
 
 

@@ -388,3 +388,34 @@ def test_bytes_carried_mid_run_equals_max_min_network(sigma, hub_Bps):
     assert any(0.0 < sum(row) < sum(seen[0][-1]) for row in seen[0])  # some probes fall mid-run
     for a, b in zip(*seen):
         assert a == pytest.approx(b, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("network_cls", [LinkNetwork, StarNetwork])
+def test_a_shards_pushes_slow_while_its_uplink_sends(network_cls):
+    """sharing.couple_duplex: node S receives a 10 MB push from A over 100 MB/s links and, from the
+    same instant, sends a 5 MB reply to B (its uplink busy for 50 ms). Meanwhile the push moves at
+    0.86 of S's downlink (4.3 MB), then at the full rate: done at 50 + 57 = 107 ms, the reply at 50 ms.
+    Both network models agree; with the share 1 (independent directions) the push takes 100 ms."""
+    from sgdscale.comm.sharing import couple_duplex
+
+    def delivered(share: float) -> dict[int, float]:
+        # links: 0 A up, 1 S down, 2 S up, 3 B down
+        kwargs = {"shared": {1, 2}} if network_cls is StarNetwork else {}
+        net = network_cls(EventQueue(), [100e6] * 4, 0.0, **kwargs)
+        push, reply = net.add_connection(0, 1), net.add_connection(2, 3)
+        couple_duplex(net, net, {2: 1}, share)
+        net.send(push, 10e6, 0.0, 0.0, token=0)
+        net.send(reply, 5e6, 0.0, 0.0, token=1)
+        return {token: t for t, token, _ in run_network(net)}
+
+    assert delivered(0.86) == pytest.approx({0: 0.107, 1: 0.05})
+    assert delivered(1.0) == pytest.approx({0: 0.1, 1: 0.05})
+
+
+def test_a_star_network_couples_only_its_hubs():
+    """A star network tells the busy spells of its hub links only (a worker's edge link is not one)."""
+    from sgdscale.comm.sharing import couple_duplex
+
+    net = StarNetwork(EventQueue(), [100e6] * 4, 0.0, shared={1, 2})
+    with pytest.raises(ValueError, match="hubs"):
+        couple_duplex(net, net, {0: 3}, 0.86)

@@ -399,7 +399,7 @@ BIG_THEN_TWO_SMALL = Profile(
             for i in range(8)])
 
 
-@pytest.mark.parametrize("pushes_equal,three_over_one", [("never", (0.0, 0.95)), ("sync", (0.99, 1.02))])
+@pytest.mark.parametrize("pushes_equal,three_over_one", [("never", (0.0, 0.95)), ("sync", (0.98, 1.02))])
 def test_shards_holding_only_small_tensors_change_nothing_once_sync_pushes_share_equally(pushes_equal, three_over_one):
     """Two more shards that hold 1 kB per layer leave a sync PS step as it was with one shard where
     a worker's pushes share equally (sharing.PUSHES_SHARE_EQUALLY "sync"); with every push yielding

@@ -31,7 +31,10 @@ since set 54; `mlp-net`'s 25 MB buckets lie beyond its file's 16 MB): every case
 nor is coarse async PS's residual correction at the shard's replies (`sgdscale.coarse.models.SERVICE_CV2`,
 since set 66): every case runs with the plain MVA, as recorded; nor is coarse sync PS counting the
 shards of its late workers by bytes (`sgdscale.coarse.models.LATE_SHARE_SHARDS`, since set 77; `mlp`'s
-weights all land on one of `mlp-pssync`'s two shards): every case counts every shard, as recorded.
+weights all land on one of `mlp-pssync`'s two shards): every case counts every shard, as recorded;
+nor is the fine method's shard spending its transport CPU beside the wire while its pushes slow as it
+replies (`sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER`, `sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING`,
+since set 78): every case charges it in series with independent directions, as recorded.
 """
 
 import dataclasses
@@ -42,6 +45,8 @@ import pytest
 
 from flat_cases import CASES, network
 import sgdscale.coarse.models as coarse_models
+import sgdscale.fine.ps as fine_ps
+from sgdscale.comm import sharing
 from sgdscale.comm import cost
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
@@ -54,10 +59,14 @@ REFERENCE = json.loads((Path(__file__).parent / "data" / "flat_reference.json").
 
 @pytest.fixture(autouse=True)
 def _as_recorded(monkeypatch):
-    """The fitted line beyond the curve, the plain MVA and every shard counted, as recorded (module docstring)."""
+    """The fitted line beyond the curve, the plain MVA, every shard counted and the shard's transport CPU in
+    series, as recorded (module docstring)."""
     monkeypatch.setattr(cost, "BEYOND_SLOPE", "fitted line")
     monkeypatch.setattr(coarse_models, "SERVICE_CV2", dict.fromkeys(coarse_models.SERVICE_CV2, 1.0))
     monkeypatch.setattr(coarse_models, "LATE_SHARE_SHARDS", "count")
+    monkeypatch.setattr(fine_ps, "RECEIVE_OVERLAPS_TRANSFER", False)
+    monkeypatch.setattr(fine_ps, "SEND_OVERLAPS_TRANSFER", False)
+    monkeypatch.setattr(sharing, "RECEIVE_SHARE_WHILE_SENDING", 1.0)
 
 
 def _run(case, allreduce="flat"):

@@ -62,6 +62,42 @@ NEWCOMER_SHARE_WEIGHT = 0.22
 PUSHES_SHARE_EQUALLY = "sync"
 
 
+# A shard's pushes while its own uplink sends replies. Its link is full duplex, but the
+# acknowledgements of what it receives leave through its uplink's shaper behind the replies
+# queued there, and the pushes slow; the replies do not. Measured on the emulated cluster's real sync
+# PS replays (`benchmarks/shard_duplex_rate.py` over the 5 ms veth samples `benchmarks/shard_cpu_overlap.py`
+# kept; bert, mobilenet_v2 and resnet18, one to three shards): on each run's busiest shard pushes came in at
+# 0.86 of their rate alone while it sent (median of 15 runs, 0.54-1.00), replies left at 1.00 of theirs.
+# The fine method gives a shard's downlink this share of its capacity while its uplink carries replies
+# (`couple_duplex`; dedicated shards, one device per node, the layout measured). 1.0: independent directions
+# (before). Where every shard's link moves both ways at once, as one shard's does in sync PS, this is
+# what the transport CPU in series with the wire had stood in for (`sgdscale.fine.ps`, set 75).
+RECEIVE_SHARE_WHILE_SENDING = 0.86
+
+
+def couple_duplex(sending, receiving, up_to_down: dict[int, int], share: float | None = None) -> None:
+    """While link `up` of network `sending` carries a flow, link `up_to_down[up]` of network `receiving`
+    (the same node's downlink; the two networks may be one) gets `share` of its capacity (None:
+    RECEIVE_SHARE_WHILE_SENDING)."""
+    share = RECEIVE_SHARE_WHILE_SENDING if share is None else share
+    if share >= 1.0 or not up_to_down:
+        return
+    hubs = getattr(sending, "hub_set", None)  # a StarNetwork tells its hubs' busy spells only
+    if hubs is not None and not set(up_to_down) <= hubs:
+        raise ValueError("couple_duplex: a star network's sending links must be its hubs")
+    full = {down: receiving.cap[down] for down in up_to_down.values()}
+    listening = sending.on_busy
+
+    def on_busy(link: int, busy: bool, now: float) -> None:
+        down = up_to_down.get(link)
+        if down is not None:
+            receiving.set_capacity(down, full[down] * (share if busy else 1.0), now)
+        if listening is not None:
+            listening(link, busy, now)
+
+    sending.on_busy = on_busy
+
+
 def pushes_yield(sync: bool, workers: int, shards: int, shared_nics: bool = False) -> bool:
     """Whether a worker's pushes yield as newcomers to its pushes already moving (PUSHES_SHARE_EQUALLY).
     "sync" holds for one device per node and dedicated shards, as measured: where devices share a NIC

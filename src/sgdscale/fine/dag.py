@@ -22,7 +22,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
-from sgdscale.comm.sharing import pushes_yield, simulated_weight_sigma
+from sgdscale.comm.sharing import couple_duplex, pushes_yield, simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale.fine.engine import Dag
 from sgdscale.fine.events import EventQueue
@@ -136,6 +136,7 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     push = [[net.add_connection(w, 2 * n + shards + s, yields) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, w if half_duplex_pairs else n + w) for w in range(n)]
             for s in range(shards)]
+    couple_duplex(net, net, {2 * n + s: 2 * n + shards + s for s in range(shards)})  # as the fast loop
     dag = Dag()
     pulled: list[list[int]] = [[-1] * plan.messages for _ in range(n)]  # last pull op per (worker, msg)
     last_op = [-1] * n

@@ -86,11 +86,14 @@ class StarNetwork(LinkNetwork):
         self.e_k = [0] * nl  # incumbents first: active connections per edge link in star mode
         self.star = False
         self.star_possible = False
+        self.hub_links: set[int] = set()
+        self.pending_cap: dict[int, float] = {}  # hub capacities to apply at the next reallocation
         self.check = False  # an edge may go over capacity: check it on every rate rise
         self.w_max = 1.0  # the largest weight drawn so far (bounds every connection's weight)
         self._ready = False
         self._seq2 = itertools.count()
         self.switches = 0
+        self.full_cap = list(self.cap)  # before any `set_capacity`
         self.on_done = self._done_handler()
 
     def add_connection(self, up: int, down: int, yields: bool = True) -> int:
@@ -120,9 +123,10 @@ class StarNetwork(LinkNetwork):
                 self.s_p[hub] = self.cap[edge]
                 edge_uses[edge] += 1
             self.hubs = sorted(set(self.c_hub))
+            self.hub_links = set(self.hubs)
             # Equal shares are capped at p in star mode, so a private edge never binds; weighted
             # shares are not, so a hub faster than its edges needs the check too.
-            self.check = max(edge_uses) > 1 or (self.weighted and any(self.cap[h] > self.s_p[h] for h in self.hubs))
+            self.check = max(edge_uses) > 1 or (self.weighted and any(self.full_cap[h] > self.s_p[h] for h in self.hubs))
             self.edge_min_cap = min(self.cap[e] for e in self.c_edge)
             self.star = True
         self.link_conns: list[list[int]] = [[] for _ in self.cap]
@@ -274,6 +278,8 @@ class StarNetwork(LinkNetwork):
         self.active[conn] = None
         self.s_k[h] += 1
         self._reschedule(h, now)
+        if self.on_busy is not None and self.s_k[h] == 1 and self.c_up[conn] == h:
+            self.on_busy(h, True, now)
         if self.check:
             edge = self.c_edge[conn]
             self.edge_active[edge].append(conn)
@@ -344,6 +350,8 @@ class StarNetwork(LinkNetwork):
             del active[conn]
             s_k[hub] -= 1
             s_w[hub] -= c_w[conn]
+            if self.on_busy is not None and not s_k[hub] and self.c_up[conn] == hub:
+                self.on_busy(hub, False, now)
             if newcomers_yield:
                 e_k[c_edge[conn]] -= 1
             check = self.check
@@ -358,7 +366,40 @@ class StarNetwork(LinkNetwork):
 
         return on_done
 
+    def set_capacity(self, link: int, capacity_Bps: float, now: float) -> None:
+        """A hub's new capacity is applied at the next reallocation, before time moves on (it may
+        come from a delivery handler while this network is mid-update); any other link's is the
+        general network's."""
+        if self._ready and self.star and link in self.hub_links:
+            self.pending_cap[link] = capacity_Bps
+            self.dirty = True
+            return
+        if capacity_Bps == self.cap[link]:
+            return
+        if self._ready and self.star:
+            self._to_general(now)  # an edge's capacity is in every star rate of its hubs
+        super().set_capacity(link, capacity_Bps, now)
+
+    def _apply_capacities(self, now: float) -> None:
+        """The hub capacities `set_capacity` left pending: each hub's virtual clock runs at the new
+        rate from now on (star mode), or the general network recomputes."""
+        pending, self.pending_cap = self.pending_cap, {}
+        for link, capacity in pending.items():
+            if not self.star:
+                self.cap[link] = capacity
+                continue
+            self._advance(link, now)
+            old_rate = self.s_rate[link]
+            self.cap[link] = capacity
+            if self.s_k[link]:
+                self._reschedule(link, now)
+                if self.check and self.s_rate[link] > old_rate and not self._feasible(
+                        [self.c_edge[e[2]] for e in self.s_heap[link]]):
+                    self._to_general(now)
+
     def reallocate(self, now: float) -> None:
+        if self.pending_cap:
+            self._apply_capacities(now)
         if self.star:
             self.dirty = False
             return

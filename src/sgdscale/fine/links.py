@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from statistics import NormalDist
 
 from sgdscale.fine.events import PUSH_KINDS, DeliverFn, EventQueue, NetKinds, NetworkModel, TransferFn
@@ -74,6 +75,9 @@ class LinkNetwork:
         # (`benchmarks/head_start.py --busy-sender`). The parameter-server simulation sets it for a
         # shard's uplink from the shard's update queue.
         self.sender_busy_until: list[float] | None = None
+        # Called (link, busy, now) when a sending link goes from idle to busy or back (None: nobody
+        # listens): `sgdscale.comm.sharing.couple_duplex` slows the node's downlink meanwhile.
+        self.on_busy: Callable[[int, bool, float], None] | None = None
         # Per connection.
         self.c_up: list[int] = []
         self.c_down: list[int] = []
@@ -161,6 +165,8 @@ class LinkNetwork:
                 self.dirty = True
             l_n[up] += 1
             l_n[down] += 1
+            if self.on_busy is not None and l_n[up] == 1:
+                self.on_busy(up, True, now)
         elif not self.c_pending[conn]:
             self.c_pending[conn] = True
             self.queue.push(release_s, self.kind_release, conn, 0)
@@ -207,6 +213,8 @@ class LinkNetwork:
         l_n = self.l_n
         l_n[up] -= 1
         l_n[down] -= 1
+        if self.on_busy is not None and l_n[up] == 0:
+            self.on_busy(up, False, now)
         if l_n[up] or l_n[down]:
             self.dirty = True  # someone shared a link with it: their share may rise
         else:
@@ -231,6 +239,15 @@ class LinkNetwork:
             if not active:
                 since[link] = now
         return weight
+
+    def set_capacity(self, link: int, capacity_Bps: float, now: float) -> None:
+        """Change a link's capacity from now on (its connections' rates are recomputed at the next
+        reallocation, before time moves on)."""
+        if capacity_Bps == self.cap[link]:
+            return
+        self.cap[link] = capacity_Bps
+        if self.l_n[link]:
+            self.dirty = True
 
     def _account(self, link: int, now: float) -> None:
         self.l_bytes[link] += self.l_rate[link] * (now - self.l_last[link])

@@ -14,8 +14,11 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
   sends its messages FIFO; concurrent connections share links max-min fairly
   (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
+  while a dedicated shard's uplink sends, its downlink carries only part of its capacity (the
+  acknowledgements of the pushes queue behind the replies: `sgdscale.comm.sharing.couple_duplex`);
 - server shards: FIFO resources; applying a message costs its share of the profile's optimizer
-  time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer).
+  time, `optimizer_s * bytes / gradient_bytes`, per applied update (the workers run no optimizer),
+  and its CPU per message; its CPU per byte moved runs beside the wire (`RECEIVE_OVERLAPS_TRANSFER`).
 - receive before send (gloo's rendezvous): a point-to-point message only flows once its receiver
   has posted the receive, and that notice travels on the same FIFO connection as the data. A
   worker posts its pulls when its backward ends, so the notice to shard s arrives alpha after
@@ -77,7 +80,7 @@ import numpy as np
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
-from sgdscale.comm.sharing import pushes_yield, simulated_weight_sigma
+from sgdscale.comm.sharing import couple_duplex, pushes_yield, simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale import cpu_quota
 from sgdscale.cpu_quota import node_clocks, profiled_quota
@@ -158,24 +161,23 @@ def cpu_paces_shard_writes(server_cpu_s_per_byte: float, link_Bps: float) -> boo
 # order still made async worse (8.8% -> 9.7%; `benchmarks/results/reply_order_tuning-with-busy-shard.md`).
 POSTED_ORDER = False
 
-# Whether a shard's transport CPU overlaps the transfer it serves, modelled but not used. On: each copy's
-# receive CPU for its bytes (`PsPlan.receive_s`) runs on the shard's FIFO as the copy comes in (starting
-# no earlier than the copy's bytes at the shard's downlink rate before its arrival), and a reply starts
-# leaving as the shard starts writing it (its CPU, up to its seconds on the uplink, overlaps its
-# sending). Off: all of it is charged in series with the wire, after the message's last copy. Measured
+# Whether a shard's transport CPU overlaps the transfer it serves. On: each copy's receive CPU for its
+# bytes (`PsPlan.receive_s`) runs on the shard's FIFO as the copy comes in (starting no earlier than the
+# copy's bytes at the shard's downlink rate before its arrival), and a reply starts leaving as the shard
+# starts writing it (its CPU, up to its seconds on the uplink, overlaps its sending). Off: all of it is
+# charged in series with the wire, after the message's last copy (until set 78). Measured
 # (`benchmarks/shard_cpu_overlap.py`, each shard node's cgroup CPU and veth bytes sampled every 5 ms in
 # real sync PS replays, bert, 4 workers, 850 Mbit/s, 0.22 cores, 3 rounds,
 # `results/shard_cpu_overlap-bert-w4-850Mbit.md`): with one shard and with three, 94-100% of a shard's
 # CPU ran in bins in which its link moved bytes, at 0.06-0.10 of its 0.22 cores while pushes arrived.
-# Yet in series predicts better where one shard serves: over the kept sync PS runs of sets 10-36
-# overlapping made sync PS worse (5.1% -> 5.9%); re-predicted (`benchmarks/receive_overlap_tuning.py`)
-# the sync cases with two or three shards of sets 27-71 went from 7.7% to 3.7% in the median (19), the
-# one-shard ones of sets 40-63 from 3.6% to 4.8% (48); held out on set 75 (sync PS replays, three with
-# several shards, two with one) it went from 1.6% / 13.0% to 5.8% / 9.5% (one shard +1.3% and +0.6%
-# -> +3.1% and +6.7%), so it was not kept. What the series charge stands for where one shard serves is
-# not measured (its CPU does not run with the link idle).
-RECEIVE_OVERLAPS_TRANSFER = False
-SEND_OVERLAPS_TRANSFER = False
+# Yet in series predicted better where one shard serves: held out alone on set 75 (sync PS replays,
+# three with several shards, two with one) it went from 1.6% / 13.0% to 5.8% / 9.5% (one shard +1.3% and
+# +0.6% -> +3.1% and +6.7%), and was not kept. What the series charge stood for there is the shard's
+# pushes slowing while it replies (`sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING`, measured after
+# set 77): one shard's link moves both ways at once for a quarter of a sync step, a busiest shard among
+# several balanced ones hardly ever. The two together are the change held out on set 78.
+RECEIVE_OVERLAPS_TRANSFER = True
+SEND_OVERLAPS_TRANSFER = True
 # Between the two: each copy's receive CPU runs on the shard's FIFO when the copy has arrived, in
 # series with its own transfer but not held back until the message's last copy (sync PS). Also worse
 # on sets 10-36's sync PS (5.1% -> 5.3%, mean +1.3% -> +2.4%; results/receive_on_arrival_tuning.md).
@@ -312,6 +314,9 @@ class PsRun:
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
+        if not links.shared_nics:  # a shard's pushes slow while it replies (sharing.RECEIVE_SHARE_WHILE_SENDING)
+            couple_duplex(self.pull_net, self.push_net,
+                          {links.pull_pairs[s][0][0]: links.push_pairs[0][s][1] for s in range(shards)})
         # Each shard's uplink, told until when the shard's CPU is busy updating (a busy shard's
         # replies share its link equally: LinkNetwork.sender_busy_until).
         self.shard_uplinks = [sorted({up for up, _ in links.pull_pairs[s]}) for s in range(shards)]
