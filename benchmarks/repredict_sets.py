@@ -84,6 +84,7 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
              "|---|---|---:|" + "---:|" * len(variants)]
     errors: dict[str, list[float]] = {name: [] for _, name, _ in variants}
     by_strategy: dict[str, dict[str, list[float]]] = {}  # strategy -> variant -> errors
+    by_shards: dict[str, dict[str, list[float]]] = {}  # "ps-sync, one shard" etc. -> variant -> errors
     loading = (mock.patch.object(comm_package, "load_network", lambda path: refitted(str(path))) if refit
                else contextlib.nullcontext())
     with loading:
@@ -97,12 +98,18 @@ def variant_table(argv: list[str], script: str, title: str, note: str, set_names
                                                           run.get("reference_step_s"))[method] for run in runs)
                 errors[name].append(predicted / measured - 1)
                 by_strategy.setdefault(case.strategy, {}).setdefault(name, []).append(errors[name][-1])
+                if case.ps_count:
+                    shards = f"{case.strategy}, {'one shard' if case.ps_count == 1 else 'several shards'}"
+                    by_shards.setdefault(shards, {}).setdefault(name, []).append(errors[name][-1])
                 row.append(f"{errors[name][-1]:+.1%}")
             lines.append(f"| {set_name} | {case.key} | {measured:.1f} | " + " | ".join(row) + " |")
             print(lines[-1], flush=True)
     lines += error_summary(errors)
     if len(by_strategy) > 1:
         lines += error_summary({f"{strategy}: {name}": values for strategy, named in sorted(by_strategy.items())
+                                for name, values in named.items()})
+    if len(by_shards) > 1:
+        lines += error_summary({f"{group}: {name}": values for group, named in sorted(by_shards.items())
                                 for name, values in named.items()})
     text = "\n".join(lines) + "\n"
     print(text)
