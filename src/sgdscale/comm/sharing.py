@@ -71,7 +71,8 @@ PUSHES_SHARE_EQUALLY = "sync"
 # The fine method gives a shard's downlink this share of its capacity while its uplink carries replies
 # (`couple_duplex`; dedicated shards, one device per node, the layout measured). 1.0: independent directions
 # (before). Where every shard's link moves both ways at once, as one shard's does in sync PS, this is
-# what the transport CPU in series with the wire had stood in for (`sgdscale.fine.ps`, set 75).
+# what the transport CPU in series with the wire had stood in for (`sgdscale.fine.ps`, set 75). Held out
+# with the transport CPU beside the wire on set 78 and kept (`benchmarks/results/duplex-heldout78.md`).
 RECEIVE_SHARE_WHILE_SENDING = 0.86
 
 

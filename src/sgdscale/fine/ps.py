@@ -175,7 +175,8 @@ POSTED_ORDER = False
 # +0.6% -> +3.1% and +6.7%), and was not kept. What the series charge stood for there is the shard's
 # pushes slowing while it replies (`sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING`, measured after
 # set 77): one shard's link moves both ways at once for a quarter of a sync step, a busiest shard among
-# several balanced ones hardly ever. The two together are the change held out on set 78.
+# several balanced ones hardly ever. The two together were held out on set 78 and kept (fine 1.3% / 17.4%
+# against 4.3% / 15.2% in series; `benchmarks/results/duplex-heldout78.md`).
 RECEIVE_OVERLAPS_TRANSFER = True
 SEND_OVERLAPS_TRANSFER = True
 # Between the two: each copy's receive CPU runs on the shard's FIFO when the copy has arrived, in
