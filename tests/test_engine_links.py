@@ -2,11 +2,14 @@
 
 import heapq
 import random
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sgdscale.fine import links
+from sgdscale.fine.hubs import StarNetwork
 from sgdscale.fine.links import EventQueue, LinkNetwork, run_network
 
 
@@ -113,13 +116,18 @@ def test_flows_into_one_node_share_its_link_whichever_started_first():
     assert out[2] == pytest.approx(6.0)
 
 
-def test_a_newcomers_weight_holds_on_every_link_it_crosses():
+@pytest.mark.parametrize("passes_on, x_done", [(False, 3.2), (True, 3.0 + 20.0 / 11.0 / 5.0)])
+def test_a_newcomers_weight_holds_on_every_link_it_crosses(monkeypatch, passes_on, x_done):
     # Node 0's 100 B/s uplink sends A (30 B, from t=0) into node 2's 10 B/s downlink, so from t=1 B,
     # 30 B from node 0 into node 3's 10 B/s downlink, is a newcomer on node 0's link. Node 1's X
     # (30 B from t=0) also goes into node 3. One weight per flow: B's 0.1 holds at node 3 too,
     # although node 0's link has room, so X (20 B left at t=1) gets 10/1.1 B/s and is done at 3.2,
-    # B (2 B moved by then) at 3.2 + 2.8 = 6. Sharing node 3 equally instead (B keeping its weight
-    # where its own link has room) was tried and not kept: benchmarks/newcomer_where_bound.py.
+    # B (2 B moved by then) at 3.2 + 2.8 = 6. With the incumbency passed on (links.INCUMBENCY_PASSES_ON),
+    # B takes its full weight back when A is done at 3 and shares node 3 equally from then on: X (20/11 B
+    # left) done at 3 + (20/11)/5 = 3.364; B still at 6 (node 3 never idles). Sharing node 3 equally
+    # from the start (B keeping its weight where its own link has room) was tried and not kept:
+    # benchmarks/newcomer_where_bound.py.
+    monkeypatch.setattr(links, "INCUMBENCY_PASSES_ON", passes_on)
     net = LinkNetwork(EventQueue(), [100.0, 100.0, 10.0, 10.0], 0.0, newcomer_weight=0.1)
     a = net.add_connection(0, 2)
     b = net.add_connection(0, 3)
@@ -129,8 +137,29 @@ def test_a_newcomers_weight_holds_on_every_link_it_crosses():
     net.send(b, 30.0, 1.0, 0.0, token=2)
     out = {tok: t for t, tok, _ in run_network(net)}
     assert out[1] == pytest.approx(3.0)
-    assert out[3] == pytest.approx(3.2)
+    assert out[3] == pytest.approx(x_done)
     assert out[2] == pytest.approx(6.0)
+
+
+@pytest.mark.parametrize("passes_on, b_done", [(True, 4.2), (False, 6.0)])
+def test_a_newcomer_holds_the_link_once_the_flows_it_yielded_to_have_gone(monkeypatch, passes_on, b_done):
+    # One node's 10 B/s uplink (a shard's pulls), newcomer weight 0.1: A sends 10 B from t=0, B 30 B
+    # from t=0.5 (a newcomer: A, 5 B left, gets 10/1.1 B/s and is done at 1.05, B has moved 0.5 B),
+    # B alone at 10 B/s until C, 30 B, starts at t=2 (B has 20 B left). Incumbency passed on: B holds
+    # the link against C as A held it against B, 10/1.1 B/s, done at 2 + 2.2 = 4.2. Not passed on: B
+    # and C both carry the newcomer's weight and share equally, B done at 2 + 20/5 = 6. C ends at 7
+    # either way (the link never idles from 0: 70 B).
+    monkeypatch.setattr(links, "INCUMBENCY_PASSES_ON", passes_on)
+    for cls in (LinkNetwork, StarNetwork):
+        net = cls(EventQueue(), [10.0, 100.0, 100.0, 100.0], 0.0, newcomer_weight=0.1)
+        a, b, c = (net.add_connection(0, k) for k in (1, 2, 3))
+        net.send(a, 10.0, 0.0, 0.0, token=1)
+        net.send(b, 30.0, 0.5, 0.0, token=2)
+        net.send(c, 30.0, 2.0, 0.0, token=3)
+        out = {tok: t for t, tok, _ in run_network(net)}
+        assert out[1] == pytest.approx(1.05)
+        assert out[2] == pytest.approx(b_done)
+        assert out[3] == pytest.approx(7.0)
 
 
 def test_newcomer_weight_must_be_a_fraction():
@@ -181,9 +210,6 @@ def test_bytes_are_conserved_and_links_never_exceed_capacity(caps, msgs):
     assert end >= max(m[3] for m in msgs) - 1e-12
 
 
-from sgdscale.fine.hubs import StarNetwork  # noqa: E402
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     senders=st.integers(1, 6),
@@ -195,8 +221,10 @@ from sgdscale.fine.hubs import StarNetwork  # noqa: E402
     sigma=st.sampled_from([0.0, 0.13, 0.6]),
     seed=st.integers(0, 2**31),
     newcomer=st.sampled_from([1.0, 0.1]),
+    passes_on=st.booleans(),
 )
-def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed, newcomer):
+def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed, newcomer,
+                                              passes_on):
     """The virtual-time star model gives the same deliveries as progressive filling, with equal
     sharing, with per-burst weights (generalized processor sharing at the hub) and with the flows
     already moving first."""
@@ -205,17 +233,18 @@ def test_star_network_equals_max_min_network(senders, fan_in, private, shared, a
     pairs = [(i, senders) if fan_in else (senders, i) for i in range(senders)]
     assert StarNetwork.applies(caps, pairs)
     results = []
-    for cls in (LinkNetwork, StarNetwork):
-        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer)
-        conns = [net.add_connection(*pair) for pair in pairs]
-        last = [0.0] * senders
-        for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
-            who %= senders
-            last[who] = max(last[who], release)
-            net.send(conns[who], nbytes, last[who], 0.0, token=token, tag=int(last[who]))
-        out = sorted((tok, t) for t, tok, _ in run_network(net))
-        end = max(t for _, t in out)
-        results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
+    with mock.patch.object(links, "INCUMBENCY_PASSES_ON", passes_on):
+        for cls in (LinkNetwork, StarNetwork):
+            net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer)
+            conns = [net.add_connection(*pair) for pair in pairs]
+            last = [0.0] * senders
+            for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):
+                who %= senders
+                last[who] = max(last[who], release)
+                net.send(conns[who], nbytes, last[who], 0.0, token=token, tag=int(last[who]))
+            out = sorted((tok, t) for t, tok, _ in run_network(net))
+            end = max(t for _, t in out)
+            results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
     (a, bytes_a), (b, bytes_b) = results
     assert [tok for tok, _ in a] == [tok for tok, _ in b]
     for (_, ta), (_, tb) in zip(a, b):
@@ -248,8 +277,10 @@ from sgdscale.fine.hubs import StarNetwork as HybridNetwork  # noqa: E402
     sigma=st.sampled_from([0.0, 0.13, 0.6]),
     seed=st.integers(0, 2**31),
     newcomer=st.sampled_from([1.0, 0.1]),
+    passes_on=st.booleans(),
 )
-def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs, sigma, seed, newcomer):
+def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub, alpha, msgs, sigma, seed, newcomer,
+                                               passes_on):
     """Several server NICs (hubs), each worker NIC (edge) with one connection per hub, hubs faster
     or slower than edges, equal or weighted sharing: the hybrid star/general network switches
     modes but delivers exactly what progressive filling does."""
@@ -257,18 +288,19 @@ def test_hybrid_network_equals_max_min_network(workers, hubs, fan_in, edge, hub,
     hub_links = set(range(workers, workers + hubs))
     pairs = [((w, workers + h) if fan_in else (workers + h, w)) for w in range(workers) for h in range(hubs)]
     results = []
-    for cls in (LinkNetwork, HybridNetwork):
-        extra = {} if cls is LinkNetwork else {"shared": hub_links}
-        net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer, **extra)
-        conns = [net.add_connection(*pair) for pair in pairs]
-        last = [0.0] * len(conns)
-        for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):
-            c = conns[(w % workers) * hubs + (h % hubs)]
-            last[c] = max(last[c], release)
-            net.send(c, nbytes, last[c], 0.0, token=token, tag=int(last[c]))
-        out = sorted((tok, t) for t, tok, _ in run_network(net))
-        end = max(t for _, t in out)
-        results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
+    with mock.patch.object(links, "INCUMBENCY_PASSES_ON", passes_on):
+        for cls in (LinkNetwork, HybridNetwork):
+            extra = {} if cls is LinkNetwork else {"shared": hub_links}
+            net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer, **extra)
+            conns = [net.add_connection(*pair) for pair in pairs]
+            last = [0.0] * len(conns)
+            for token, (w, h, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[3])):
+                c = conns[(w % workers) * hubs + (h % hubs)]
+                last[c] = max(last[c], release)
+                net.send(c, nbytes, last[c], 0.0, token=token, tag=int(last[c]))
+            out = sorted((tok, t) for t, tok, _ in run_network(net))
+            end = max(t for _, t in out)
+            results.append((out, [net.bytes_carried(link, end) for link in range(len(caps))]))
     (a, bytes_a), (b, bytes_b) = results
     assert [tok for tok, _ in a] == [tok for tok, _ in b]
     for (_, ta), (_, tb) in zip(a, b):

@@ -17,6 +17,7 @@ import sgdscale.comm.sharing as sharing
 from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT
 from sgdscale.fine.dag import nic_capacities_Bps, ps_plan, ps_sync_dag
 import sgdscale.fine.ps as fine_ps
+import sgdscale.fine.links as fine_links
 from sgdscale.fine.ps import run_ps, simulate_ps
 from sgdscale.fine.engine import run_dag
 from sgdscale.fine.hubs import StarNetwork
@@ -114,11 +115,15 @@ def test_one_worker_sync_and_async_agree(kind):
                                                          (0.3, 0.1, "sync")])
 @pytest.mark.parametrize("variability", [False, True])
 @pytest.mark.parametrize("shards,grouping", [(1, "per-tensor"), (2, "per-tensor"), (2, "buckets"), (3, "per-layer")])
-def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, pushes_equal, variability, shards, grouping):
+@pytest.mark.parametrize("passes_on", [False, True])
+def test_ps_sync_fast_loop_equals_explicit_dag(sigma, newcomer, pushes_equal, variability, shards, grouping, passes_on,
+                                               monkeypatch):
     """The process-oriented loop runs exactly the DAG that dag.ps_sync_dag spells out op by op,
     with equal and with unequal (weighted) link sharing, and with incumbents first (everywhere: the
-    DAG does not tell a busy shard's uplink apart, which test_engine_links checks on its own; and
-    with the pushes exempt, sharing.PUSHES_SHARE_EQUALLY)."""
+    DAG does not tell a busy shard's uplink apart, which test_engine_links checks on its own; with
+    the pushes exempt, sharing.PUSHES_SHARE_EQUALLY; and with the incumbency passed on,
+    links.INCUMBENCY_PASSES_ON)."""
+    monkeypatch.setattr(fine_links, "INCUMBENCY_PASSES_ON", passes_on)
     profile = make_profile(layers=5, samples=4, seed=3)
     cluster = Cluster(3, bandwidth_bps=4e8, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=6e8,
                       compute_scale=(1.0, 1.7, 0.9))
@@ -399,16 +404,21 @@ BIG_THEN_TWO_SMALL = Profile(
             for i in range(8)])
 
 
-@pytest.mark.parametrize("pushes_equal,three_over_one", [("never", (0.0, 0.95)), ("sync", (0.98, 1.02))])
-def test_shards_holding_only_small_tensors_change_nothing_once_sync_pushes_share_equally(pushes_equal, three_over_one):
+@pytest.mark.parametrize("pushes_equal,passes_on,three_over_one", [("never", False, (0.0, 0.95)),
+                                                                   ("never", True, (0.98, 1.02)),
+                                                                   ("sync", True, (0.98, 1.02))])
+def test_shards_holding_only_small_tensors_change_nothing_once_sync_pushes_share_equally(pushes_equal, passes_on,
+                                                                                         three_over_one):
     """Two more shards that hold 1 kB per layer leave a sync PS step as it was with one shard where
-    a worker's pushes share equally (sharing.PUSHES_SHARE_EQUALLY "sync"); with every push yielding
-    to its worker's pushes already moving, a big push that starts beside a small one to another
-    shard keeps the newcomer's weight at shard 0's downlink and the step slows (>5% here)."""
+    a worker's pushes share equally (sharing.PUSHES_SHARE_EQUALLY "sync"), or where a push that
+    yielded takes its weight back once the pushes it yielded to have gone (links.INCUMBENCY_PASSES_ON).
+    With neither, a big push that starts beside a small one to another shard keeps the newcomer's
+    weight at shard 0's downlink long after the small one is through, and the step slows (>5% here)."""
     def throughput(shards):
         cluster = Cluster(3, bandwidth_bps=6e8, latency_s=5e-5, ps_count=shards)
         comm = dataclasses.replace(comm_for(cluster), newcomer_share_weight=NEWCOMER_SHARE_WEIGHT)
-        with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal):
+        with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal), \
+                mock.patch.object(fine_links, "INCUMBENCY_PASSES_ON", passes_on):
             return simulate_ps(BIG_THEN_TWO_SMALL, cluster, Strategy(kind="ps-sync", grouping="per-tensor"), comm,
                                iterations=30, warmup=10, variability=False).throughput
 

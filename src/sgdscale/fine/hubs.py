@@ -258,13 +258,15 @@ class StarNetwork(LinkNetwork):
             return
         h = self.c_hub[conn]
         self._advance(h, now)
+        self.c_act[conn] += 1
+        self.c_act_s[conn] = now
         if self.weighted:
             w = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
             if self.newcomers_yield:  # LinkNetwork's rule on the sender's link: the hub or the edge
                 edge = self.c_edge[conn]
                 hub_side, edge_side = (h, self.s_k[h]), (edge, self.e_k[edge])
                 w = self._yield_to_incumbents(w, now, *((hub_side, edge_side) if self.c_up[conn] == h
-                                                         else (edge_side, hub_side)), self.c_yields[conn])
+                                                         else (edge_side, hub_side)), self.c_yields[conn], conn)
                 self.e_k[edge] += 1
             self.c_w[conn] = w
             self.c_tag[conn] = tag
@@ -358,6 +360,8 @@ class StarNetwork(LinkNetwork):
             if check:
                 self.edge_active[self.c_edge[conn]].remove(conn)
             self._reschedule(hub, now)
+            if self.c_yielders[conn]:
+                self._incumbent_left(conn, now)  # may leave star mode
             if q:
                 self._head_arrived(conn, now)  # a new burst now, or its release scheduled
             if check and self.star and s_rate[hub] > old_rate and not self._feasible(
@@ -365,6 +369,29 @@ class StarNetwork(LinkNetwork):
                 self._to_general(now)
 
         return on_done
+
+    def _promote(self, conn: int, now: float) -> None:
+        """In star mode: `conn`'s finish tag moved to its new weight, its hub rescheduled."""
+        if not self.star:
+            super()._promote(conn, now)
+            return
+        h = self.c_hub[conn]
+        self._advance(h, now)
+        old = self.c_w[conn]
+        new = old / self.newcomer_weight
+        v = self.s_v[h]
+        fin = v + max(self.c_fin[conn] - v, 0.0) * old / new
+        self.c_fin[conn] = fin
+        self.c_w[conn] = new
+        self.s_w[h] += new - old
+        if new > self.w_max:
+            self.w_max = new
+        lheap = self.s_heap[h]  # in place: `on_done` may hold it
+        lheap[:] = [(fin, s, c) if c == conn else (f, s, c) for f, s, c in lheap]
+        heapq.heapify(lheap)
+        self._reschedule(h, now)
+        if self.check and not self._feasible((self.c_edge[conn],)):
+            self._to_general(now)
 
     def set_capacity(self, link: int, capacity_Bps: float, now: float) -> None:
         """A hub's new capacity is applied at the next reallocation, before time moves on (it may

@@ -29,6 +29,21 @@ from sgdscale.fine.events import PUSH_KINDS, DeliverFn, EventQueue, NetKinds, Ne
 
 __all__ = ["EventQueue", "LinkNetwork", "run_network"]
 
+# Whether a newcomer that yielded to the flows already leaving its node takes its full weight back once
+# they have all stopped, and then holds the link against later newcomers as any first flow does, rather
+# than yielding for its whole burst. Measured with plain TCP out of one node
+# (`benchmarks/incumbent_handover.py`, 600 Mbit/s, 0.25 cores): B starts while A moves, A ends, B runs
+# alone, C starts: C got 0.33 of B's weight (0.25-0.35, 5 runs), as a newcomer to a flow that had been
+# first all along (0.28), where yielding for the whole burst has them share equally. In the simulation
+# a shard's replies to several async workers then take turns throughout, and its links stay busier:
+# set 78's async resnet50 replay (4 workers, one shard, whose runs kept the shard's link busy ~98% both
+# ways) went from -17.4% to -10.4%, but the kept async PS runs of sets 27-78 went from 5.2% to 7.2% in
+# the median (124 cases; sets 40-78 3.0% -> 5.8%; 15 better, 39 worse by more than half a point), nearly
+# all too fast (`benchmarks/incumbency_tuning.py`, results/incumbency_tuning-async-27-78.md): what makes a
+# real shard's replies (gloo, under a CPU quota) share its uplink more evenly than plain TCP flows do is
+# not measured. Modelled, tested, not used.
+INCUMBENCY_PASSES_ON = False
+
 
 class LinkNetwork:
     """Links with capacities in bytes/s, connections over (uplink, downlink) pairs, max-min sharing."""
@@ -92,6 +107,14 @@ class LinkNetwork:
         self.c_w: list[float] = []  # sharing weight of the connection's current burst
         self.c_tag: list[int] = []  # tag of the message moving (its weight's burst)
         self.c_yields: list[bool] = []  # whether its messages yield as newcomers (incumbents first)
+        # Incumbents first, until they leave: per connection, its activations so far (one per start of
+        # a head message on an idle connection), the incumbents its current activation still yields
+        # to, and the (connection, activation) pairs that yield to it (INCUMBENCY_PASSES_ON).
+        self.c_act: list[int] = []
+        self.c_act_s: list[float] = []  # when the current activation started
+        self.c_older: list[int] = []
+        self.c_yielders: list[list[tuple[int, int]]] = []
+        self.up_conns: list[list[int]] = [[] for _ in range(nl)]  # connections sending out of each link
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
@@ -104,6 +127,11 @@ class LinkNetwork:
         """A connection from link `up` (its sender's) to `down`; `yields=False`: its messages never
         take the newcomer's weight (they still count as incumbents for others)."""
         self.c_yields.append(yields)
+        self.c_act.append(0)
+        self.c_act_s.append(0.0)
+        self.c_older.append(0)
+        self.c_yielders.append([])
+        self.up_conns[up].append(len(self.c_up))
         self.c_up.append(up)
         self.c_down.append(down)
         self.c_queue.append(deque())
@@ -142,6 +170,8 @@ class LinkNetwork:
             self.c_rate[conn] = 0.0
             ver = self.c_ver[conn] + 1
             self.c_ver[conn] = ver
+            self.c_act[conn] += 1
+            self.c_act_s[conn] = now
             self.active[conn] = None
             up, down = self.c_up[conn], self.c_down[conn]
             l_n = self.l_n
@@ -149,7 +179,7 @@ class LinkNetwork:
                 weight = self.burst_weight(conn, tag)
                 if self.newcomers_yield:  # on the sender's link only (benchmarks/head_start.py)
                     weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]),
-                                                       self.c_yields[conn])
+                                                       self.c_yields[conn], conn)
                 self.c_w[conn] = weight
                 self.c_tag[conn] = tag
             if l_n[up] == 0 and l_n[down] == 0:
@@ -204,6 +234,8 @@ class LinkNetwork:
             return
         del self.active[conn]
         self.c_ver[conn] += 1
+        if self.c_yielders[conn]:
+            self._incumbent_left(conn, now)
         up, down = self.c_up[conn], self.c_down[conn]
         self._account(up, now)
         self._account(down, now)
@@ -224,21 +256,49 @@ class LinkNetwork:
             self._head_arrived(conn, now)
 
     def _yield_to_incumbents(self, weight: float, now: float, sender: tuple[int, int], receiver: tuple[int, int],
-                             yields: bool = True) -> float:
+                             yields: bool = True, conn: int = -1) -> float:
         """The weight of a message starting now from the `sender`'s link to the `receiver`'s ((link, its
         active connections) pairs): times newcomer_weight if the sender's link has been busy since
         before now and the sender's CPU is not busy (`sender_busy_until`). Idle links are marked busy
         from now. Only the sender's link: flows out of one node share its link the way the first to
         start wants, flows from several nodes into one share the receiver's link equally whichever
-        started first (`benchmarks/head_start.py`). `yields=False`: the weight as it is (links still marked)."""
+        started first (`benchmarks/head_start.py`). `yields=False`: the weight as it is (links still marked).
+        `conn` (the newcomer, activated and not yet counted on its links): it takes its full weight
+        back when the last of those incumbents stops (INCUMBENCY_PASSES_ON)."""
         since, busy = self.l_since, self.sender_busy_until
         link, active = sender
-        if yields and active and since[link] < now and (busy is None or busy[link] <= now):
+        if yields and active and since[link] < now and (busy is None or busy[link] <= now) and (
+                not INCUMBENCY_PASSES_ON or conn < 0 or self._note_incumbents(conn, link, now)):
             weight *= self.newcomer_weight
         for link, active in (sender, receiver):
             if not active:
                 since[link] = now
         return weight
+
+    def _note_incumbents(self, conn: int, link: int, now: float) -> int:
+        """How many connections have been moving out of `link` since before now (not those starting
+        with `conn`: they share as before); `conn` yields to them until they have all stopped."""
+        active, since = self.active, self.c_act_s
+        older = [c for c in self.up_conns[link] if c != conn and c in active and since[c] < now]
+        act = self.c_act[conn]
+        for c in older:
+            self.c_yielders[c].append((conn, act))
+        self.c_older[conn] = len(older)
+        return len(older)
+
+    def _incumbent_left(self, conn: int, now: float) -> None:
+        """`conn` stopped moving: a newcomer that yielded only to incumbents now gone takes its weight back."""
+        yielders, self.c_yielders[conn] = self.c_yielders[conn], []
+        for c, act in yielders:
+            if self.c_act[c] == act and c in self.active:
+                self.c_older[c] -= 1
+                if self.c_older[c] == 0:
+                    self._promote(c, now)
+
+    def _promote(self, conn: int, now: float) -> None:
+        """`conn`'s weight back to its burst's (rates recomputed at the next reallocation)."""
+        self.c_w[conn] /= self.newcomer_weight
+        self.dirty = True
 
     def set_capacity(self, link: int, capacity_Bps: float, now: float) -> None:
         """Change a link's capacity from now on (its connections' rates are recomputed at the next

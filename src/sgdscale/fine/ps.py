@@ -80,7 +80,7 @@ import numpy as np
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
-from sgdscale.comm.sharing import couple_duplex, pushes_yield, simulated_weight_sigma
+from sgdscale.comm.sharing import couple_duplex, pushes_yield, receive_share_while_sending, simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale import cpu_quota
 from sgdscale.cpu_quota import node_clocks, profiled_quota
@@ -315,9 +315,10 @@ class PsRun:
         self.push_conn = [conns[w * shards:(w + 1) * shards] for w in range(n)]
         self.pull_net, conns = network(pull_caps, pull_pairs, PULL_KINDS, links.hubs_pull, n * shards)
         self.pull_conn = [conns[s * n:(s + 1) * n] for s in range(shards)]
-        if not links.shared_nics:  # a shard's pushes slow while it replies (sharing.RECEIVE_SHARE_WHILE_SENDING)
+        if not links.shared_nics:  # a shard's pushes slow while it replies (sharing.receive_share_while_sending)
             couple_duplex(self.pull_net, self.push_net,
-                          {links.pull_pairs[s][0][0]: links.push_pairs[0][s][1] for s in range(shards)})
+                          {links.pull_pairs[s][0][0]: links.push_pairs[0][s][1] for s in range(shards)},
+                          receive_share_while_sending(sync))
         # Each shard's uplink, told until when the shard's CPU is busy updating (a busy shard's
         # replies share its link equally: LinkNetwork.sender_busy_until).
         self.shard_uplinks = [sorted({up for up, _ in links.pull_pairs[s]}) for s in range(shards)]
