@@ -2,7 +2,7 @@
 
 A PS shard's pushes came in at 0.86 of their rate alone while it sent replies in real sync PS replays
 (`benchmarks/shard_duplex_rate.py`: its acknowledgements queue behind the replies on its own uplink's
-shaper), but at 0.97-0.99 in real async ones (`shard_cpu_overlap-resnet50-async-w4-600Mbit`), where a
+shaper), but at 0.97-0.99 in real async ones (`results/shard_duplex_rate-resnet50-async.md`), where a
 shard sends one worker's reply at a time, not every worker's at once. This isolates the number of
 flows: node 1 sends `--in-mb` into node 0, starting `--lead-ms` after node 0 starts sending `--out-mb`
 in all, split over k flows to nodes 2..k+1 (k = 0: node 0 only receives). The incoming flow's time

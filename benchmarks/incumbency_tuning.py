@@ -8,7 +8,7 @@ kept: on the async runs of sets 27-78 each made fine worse (`results/incumbency_
 they have ended, and holds the link against later ones (`sgdscale.fine.links.INCUMBENCY_PASSES_ON`;
 measured: `benchmarks/incumbent_handover.py`); `async`: that, and an async shard's pushes at 0.97 of
 its downlink while it replies instead of sync PS's 0.86 (`sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING_ASYNC`;
-measured: `results/shard_cpu_overlap-resnet50-async-w4-600Mbit`, `benchmarks/duplex_flows.py`);
+0.97-0.99 measured in `results/shard_duplex_rate-resnet50-async.md`, 0.96-0.98 by `benchmarks/duplex_flows.py`);
 `share`: the async share alone; `before`: neither (as set 78 ran).
 
     .venv/bin/python benchmarks/incumbency_tuning.py [--sets heldout27,...] [--strategies ps-sync,ps-async]

@@ -198,12 +198,12 @@ def current(validator: Validator, case, round_index: int, methods: list[str],
     return {m: out[m] for m in methods}
 
 
-def sleeping_replay_predictions(profile_name: str, workers: int, shards: int, strategy_kind: str, bandwidth: str,
-                                network_path: str, placement: str = "round-robin") -> dict[str, float]:
-    """samples/s per method for a sleeping replay run outside a set (a testbed benchmark's own runs), as
-    the validator predicts one (`Validator.predict_case`): from the measured file, less what sleeping
-    workers do not pay (`CommModel.for_sleeping_workers`), and from nominal figures at the testbed's
-    framing (`-nominal`); no per-step variability, the validator's 200 steps."""
+def sleeping_replay_inputs(profile_name: str, workers: int, shards: int, strategy_kind: str, bandwidth: str,
+                           network_path: str, placement: str = "round-robin") -> tuple:
+    """(profile, strategy, {"": (cluster, comm) from the measured file, "-nominal": from nominal figures})
+    for a sleeping replay run outside a set, as the validator predicts one (`Validator.predict_case`):
+    from the measured file less what sleeping workers do not pay (`CommModel.for_sleeping_workers`), and
+    from nominal figures at the testbed's framing."""
     from sgdscale.cluster import Cluster
     from sgdscale.comm import CommModel
     from sgdscale.comm.network import load_network
@@ -214,9 +214,18 @@ def sleeping_replay_predictions(profile_name: str, workers: int, shards: int, st
     profile, strategy = load_profile(profile_name), Strategy(kind=strategy_kind, placement=placement)
     network, bandwidth_bps = load_network(network_path), parse_bandwidth_bps(bandwidth)
     nominal = Cluster(workers, bandwidth_bps, ps_count=shards, framing=LINK_FRAMING)
-    sources = {"": (Cluster(workers, bandwidth_bps, network.p2p.alpha_s, shards),
-                    CommModel.from_network(network).for_sleeping_workers()),
-               "-nominal": (nominal, CommModel.from_link(nominal.payload_bps, nominal.latency_s))}
+    return profile, strategy, {"": (Cluster(workers, bandwidth_bps, network.p2p.alpha_s, shards),
+                                    CommModel.from_network(network).for_sleeping_workers()),
+                               "-nominal": (nominal, CommModel.from_link(nominal.payload_bps, nominal.latency_s))}
+
+
+def sleeping_replay_predictions(profile_name: str, workers: int, shards: int, strategy_kind: str, bandwidth: str,
+                                network_path: str, placement: str = "round-robin") -> dict[str, float]:
+    """samples/s per method for a sleeping replay run outside a set (a testbed benchmark's own runs), as
+    the validator predicts one (`sleeping_replay_inputs`, suffix `-nominal` from nominal figures); no
+    per-step variability, the validator's 200 steps."""
+    profile, strategy, sources = sleeping_replay_inputs(profile_name, workers, shards, strategy_kind, bandwidth,
+                                                        network_path, placement)
     out = {}
     for suffix, (cluster, comm) in sources.items():
         made = predict(profile, cluster, strategy, comm, [workers], methods=("fine", "coarse"),

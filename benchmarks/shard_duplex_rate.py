@@ -30,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 RUNS = ("shard_cpu_overlap-bert-w4-850Mbit", "shard_cpu_overlap-mobilenet_v2-w4-640Mbit",
         "shard_cpu_overlap-resnet18-w3-640Mbit")
 BUSY = 0.2  # of the point-to-point rate, as shard_cpu_overlap.py counts a direction busy
+AGE_EDGES_S = (0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, float("inf"))  # how long the shard has been sending
+MIN_AGE_BINS = 5  # a run's share in an age band counts from this many bins
 
 
 def interior(moving: np.ndarray) -> np.ndarray:
@@ -51,9 +53,19 @@ def rates(rows: list[list[float]], p2p_Bps: float) -> dict:
     def mean(x: np.ndarray, mask: np.ndarray) -> float | None:
         return float(x[mask].mean() / 1e6) if mask.any() else None
 
-    return {"in_alone": mean(into, inner_in & ~moving_out), "in_while_sending": mean(into, inner_in & moving_out),
+    sending_s = np.zeros(len(dt))  # per bin: how long the uplink has been sending, through this bin
+    spell = 0.0
+    for k, moving in enumerate(moving_out):
+        spell = spell + dt[k] if moving else 0.0
+        sending_s[k] = spell
+    alone = mean(into, inner_in & ~moving_out)
+    by_age = []
+    for lo, hi in zip(AGE_EDGES_S, AGE_EDGES_S[1:]):
+        band = inner_in & moving_out & (sending_s > lo) & (sending_s <= hi)
+        by_age.append(mean(into, band) / alone if alone and band.sum() >= MIN_AGE_BINS else None)
+    return {"in_alone": alone, "in_while_sending": mean(into, inner_in & moving_out),
             "out_alone": mean(out, inner_out & ~moving_in), "out_while_receiving": mean(out, inner_out & moving_in),
-            "bins_both": int((inner_in & moving_out).sum()), "bins": int(len(dt))}
+            "bins_both": int((inner_in & moving_out).sum()), "bins": int(len(dt)), "in_share_by_sending_s": by_age}
 
 
 def main(argv: list[str]) -> int:
@@ -103,6 +115,15 @@ def main(argv: list[str]) -> int:
     lines += ["", f"Over the {len(ratios_in)} counted runs' busiest shards: pushes come in at {summary['in_ratio_median']:.2f} "
               f"(median; {summary['in_ratio_min']:.2f}-{summary['in_ratio_max']:.2f}) of their rate alone while the "
               f"shard sends replies; replies leave at {summary['out_ratio_median']:.2f} of theirs while pushes come in."]
+    counted = [r for r in rows if r["counted"]]
+    bands = [f"{lo:g}-{hi:g} s" if hi != float("inf") else f"> {lo:g} s" for lo, hi in zip(AGE_EDGES_S, AGE_EDGES_S[1:])]
+    lines += ["", "Pushes in while the shard sends, by how long its uplink has been sending (the counted runs: their "
+              f"rate in such bins over their rate alone; a run counts in a band from {MIN_AGE_BINS} bins):", "",
+              "| since the shard began sending | runs | median | runs' shares |", "|---|---:|---:|---|"]
+    for i, band in enumerate(bands):
+        shares = [r["in_share_by_sending_s"][i] for r in counted if r["in_share_by_sending_s"][i] is not None]
+        lines.append(f"| {band} | {len(shares)} | {statistics.median(shares):.2f} | {', '.join(f'{x:.2f}' for x in shares)} |"
+                     if shares else f"| {band} | 0 | - | - |")
     (HERE / "results" / f"{args.output}.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
     text = "\n".join(lines) + "\n"
     (HERE / "results" / f"{args.output}.md").write_text(text)

@@ -10,12 +10,13 @@ counters (kernel statistics, both directions) every `--interval-ms`, and reports
 measured window, the rate per bin against the point-to-point rate of the network file: the share of
 bins idle (< 20%), busy at full rate (>= 80%) and in between, and the mean rate of the busy bins.
 Beside it, the fine and coarse predictions of the same case and the fine method's busy share of the
-shard's NIC (`sgdscale predict --json`'s utilization).
+shard's NIC, predicted as the validator predicts a sleeping replay (`--repredict` puts today's
+beside kept runs, in <output>-today.md).
 
     .venv/bin/python benchmarks/shard_link_use.py --network FILE [--profile gpt2] [--workers 3,6]
         [--strategy ps-async] [--bandwidth 400Mbit] [--quota 0.28] [--iterations 45] [--rounds 2]
         [--output shard_link_use] [--pool-set heldout40]
-    .venv/bin/python benchmarks/shard_link_use.py --output NAME --report-only --pool-set heldout40
+    .venv/bin/python benchmarks/shard_link_use.py --output NAME --report-only [--repredict] --pool-set heldout40
 Writes benchmarks/results/<output>.{md,json} and each run's measurement and sampled counters in <output>/.
 """
 
@@ -28,10 +29,11 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from repredict_sets import sleeping_replay_inputs
 
 from sgdscale.runtime.measurement import common_window, measurement_from_json
 from sgdscale.runtime.testbed import NAME_STEM
@@ -150,22 +152,28 @@ def predicted_phase_shares(trace: dict) -> dict[str, float]:
     return {k: v / total for k, v in shares.items()}
 
 
-def predict(args: argparse.Namespace, workers: int) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        out, trace = Path(tmp) / "p.json", Path(tmp) / "t.json"
-        done = subprocess.run(CLI + ["predict", args.profile, "--strategy", args.strategy, "--ps", "1",
-                                     "--workers", str(workers), "--network", args.network,
-                                     "--cpu-per-node", str(args.quota), "--json", str(out), "--trace", str(trace)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            sys.exit(f"predict failed:\n{done.stderr}")
-        results = json.loads(out.read_text())["results"]
-        phases = predicted_phase_shares(json.loads(trace.read_text()))
-    fine = next(r for r in results if r["method"] == "fine")
-    coarse = next(r for r in results if r["method"] == "coarse")
-    return {"fine": fine["throughput"], "coarse": coarse["throughput"],
-            "fine_in": fine["utilization"].get("server 0 NIC in"),
-            "fine_out": fine["utilization"].get("server 0 NIC out"), "fine_phases": phases}
+def predict(args: argparse.Namespace | dict, workers: int) -> dict:
+    """fine's and coarse's samples/s, fine's busy share of the shard's NIC and its timeline's phases, as
+    the validator predicts a sleeping replay from the measured file (`repredict_sets.sleeping_replay_inputs`).
+    Reports made before 2026-12-07 kept predictions from `sgdscale predict --network --cpu-per-node`,
+    which charged the sleeping workers the file's interference and CPU per message (`--repredict`)."""
+    from sgdscale.predict import predict as predict_case
+    from sgdscale.report.trace import chrome_trace
+    from sgdscale.validation import PREDICT_ITERATIONS
+
+    a = vars(args) if isinstance(args, argparse.Namespace) else args
+    network = Path(a["network"]) if Path(a["network"]).exists() else HERE / a["network"]
+    profile, strategy, sources = sleeping_replay_inputs(a["profile"], workers, 1, a["strategy"], a["bandwidth"],
+                                                        str(network))
+    cluster, comm = sources[""]
+    made = predict_case(profile, cluster, strategy, comm, [workers], methods=("fine", "coarse"),
+                        iterations=PREDICT_ITERATIONS, variability=False, timeline=True)
+    fine = next(r for r in made.results if r.method == "fine")
+    coarse = next(r for r in made.results if r.method == "coarse")
+    return {"fine": fine.throughput, "coarse": coarse.throughput,
+            "fine_in": fine.utilization.get("server 0 NIC in"),
+            "fine_out": fine.utilization.get("server 0 NIC out"),
+            "fine_phases": predicted_phase_shares(chrome_trace(fine.timeline or []))}
 
 
 def train_while_sampling(args: argparse.Namespace, workers: int, shards: int, out: Path, sampler, *sampler_args) -> dict:
@@ -275,9 +283,16 @@ def main() -> None:
     parser.add_argument("--output", default="shard_link_use")
     parser.add_argument("--pool-set", help="a validation set (e.g. heldout40) whose runs of these cases to pool in")
     parser.add_argument("--report-only", action="store_true", help="rewrite the report from <output>.json, no runs")
+    parser.add_argument("--repredict", action="store_true",
+                        help="with --report-only: today's predictions beside the kept runs, in <output>-today.md")
     args = parser.parse_args()
+    if args.repredict and not args.report_only:
+        parser.error("--repredict re-predicts kept runs: give --report-only too")
     out = HERE / "results" / args.output
     record, argv = measured_or_kept(args, out, measure)
+    if args.repredict:  # the kept runs beside today's predictions, in a file of their own
+        record["predicted"] = {k: predict(record["args"], int(k)) for k in record["runs"]}
+        argv, out = argv + ["--report-only", "--repredict"], out.with_name(out.name + "-today")
     text = report(record, argv, args.pool_set)
     out.with_suffix(".md").write_text(text)
     print(text)

@@ -75,15 +75,16 @@ PUSHES_SHARE_EQUALLY = "sync"
 # what the transport CPU in series with the wire had stood in for (`sgdscale.fine.ps`, set 75). Held out
 # with the transport CPU beside the wire on set 78 and kept (`benchmarks/results/duplex-heldout78.md`).
 # That is sync PS's figure. Async shards barely slow: on the emulated cluster's real async PS replays
-# (resnet50, 4 workers, one shard, 600 Mbit/s, 0.25 cores: `results/shard_cpu_overlap-resnet50-async-w4-600Mbit`,
-# read as shard_duplex_rate.py reads the sync runs) pushes came in at 0.97, 0.99 and 0.97 of their rate alone
-# while the shard sent, over 71-83% of each run; with plain TCP on the same links a node received at
+# (resnet50, 4 workers, one shard, 600 Mbit/s, 0.25 cores, sampled by `benchmarks/shard_cpu_overlap.py`;
+# `results/shard_duplex_rate-resnet50-async.md`) pushes came in at 0.99 (0.97-0.99, 3 runs) of their rate alone
+# while the shard sent, 0.93-1.02 however long it had been sending; with plain TCP on the same links a node received at
 # 0.96-0.98 of its rate alone while it sent over one, two or four flows (`benchmarks/duplex_flows.py`). What
 # slows a sync shard's pushes more is not its own sending, then; it is specific to sync PS's pattern, where
 # the replies start as the push phase ends (at 100-400 ms into a spell of replies the pushes came in at
-# 0.74-0.86 of their rate alone, before that at 0.96-0.99), and is not measured apart. Async PS at its
-# own measured 0.97 re-predicted the kept async runs of sets 27-78 worse (5.2% -> 5.7% in the median, 124
-# cases; `benchmarks/incumbency_tuning.py`), so async shards keep sync's figure: not used (None: as sync).
+# 0.74-0.86 of their rate alone, before that at 0.96-0.99: `results/shard_duplex_rate.md`), and is not
+# measured apart. Async PS at 0.97 (its slowest run's) re-predicted the kept async runs of sets 27-78 worse
+# (5.2% -> 5.7% in the median, 124 cases; `benchmarks/incumbency_tuning.py`), so async shards keep sync's
+# figure: not used (None: as sync).
 RECEIVE_SHARE_WHILE_SENDING = 0.86
 RECEIVE_SHARE_WHILE_SENDING_ASYNC: float | None = None
 
