@@ -1,0 +1,160 @@
+"""How many async workers push and pull at once through one shard, in a traced run and in fine's timeline. (no runs)
+
+Set 78's async resnet50 replay (4 workers, one shard, 600 Mbit/s) kept the shard's link ~98% busy both
+ways where fine keeps it 80% busy. This reads a traced run's side-by-side file (`sgdscale train ...
+--trace-compare FILE`, measured and predicted timelines) and reports, over the measured window (the
+first 20 s of each side left out):
+- how many workers are pushing (from the first to the last of their step's gradients to arrive at the
+  shard: the shard's "wait for gradients" ends) and how many pulling (from that last arrival, which is
+  when the worker's receive notices reach the shard behind its pushes, to the end of the worker's last
+  wait for parameters in its next forward), as shares of the time; fine's the same from its `nic up` and
+  `nic down` slices;
+- for every two measured pushes that overlap 0.3 s or more, the earlier-started one's share of the bytes
+  that arrived from the two while both moved (0.5: equal sharing; 1: the first keeps the link). Fine
+  shares a shard's downlink equally among pushes (flows into one node; `sgdscale.comm.sharing`).
+
+    .venv/bin/python benchmarks/async_link_concurrency.py --trace FILE.json[.gz] --profile PROFILE.json
+        [--output async_link_concurrency]
+
+Raw output: benchmarks/results/<output>.md. Kept: `results/async_link_concurrency-resnet50-w4-600Mbit/`
+(`compare.json.gz`, `measurement.json.gz`; 10.62 samples/s) from
+    .venv/bin/python -m sgdscale.cli train benchmarks/results/accuracy-heldout78/profiles/replay-resnet50-b16.json \
+        --replay --workers 4 --strategy ps-async --ps 1 --emulate --bandwidth 600Mbit --cpu-quota 0.25 \
+        --iterations 45 -o measurement.json --trace-compare compare.json \
+        --trace-network benchmarks/results/accuracy-heldout78/networks/600Mbit-q0.25-n4-5.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SKIP_S = 20.0  # left out at the start of each side (warm-up)
+GRID_S = 0.005
+MIN_OVERLAP_S = 0.3
+
+
+def load(path: str):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def concurrency(spans: list[tuple[float, float]], start: float, end: float) -> np.ndarray:
+    grid = np.arange(start, end, GRID_S)
+    count = np.zeros(len(grid), dtype=int)
+    for a, b in spans:
+        count[(grid >= a) & (grid < b)] += 1
+    return count
+
+
+def measured_spans(events: list[dict], workers: dict[int, int], shard_pid: int, sizes: list[int]):
+    """(pushes, pulls, per-push arrival curves): spans in seconds per (worker, iteration)."""
+    arrivals = collections.defaultdict(list)
+    for e in events:
+        if e["pid"] == shard_pid and e["name"] == "wait for gradients":
+            a = e["args"]
+            arrivals[(a["worker"], a["iteration"])].append(((e["ts"] + e["dur"]) / 1e6, sizes[a["tensor"]]))
+    waits = collections.defaultdict(list)
+    for e in events:
+        if e["pid"] in workers and e["name"] == "wait for parameters":
+            waits[(workers[e["pid"]], e["args"]["iteration"])].append((e["ts"] + e["dur"]) / 1e6)
+    curves = {k: sorted(v) for k, v in arrivals.items()}
+    pushes = {k: (v[0][0], v[-1][0]) for k, v in curves.items()}
+    pulls = {(w, k): (pushes[(w, k)][1], max(waits[(w, k + 1)])) for (w, k) in pushes if (w, k + 1) in waits}
+    return pushes, pulls, curves
+
+
+def earlier_shares(curves: dict) -> list[float]:
+    def arrived(curve, t):
+        return sum(b for tt, b in curve if tt <= t)
+
+    shares = []
+    keys = list(curves)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            ca, cb = curves[a], curves[b]
+            lo, hi = max(ca[0][0], cb[0][0]), min(ca[-1][0], cb[-1][0])
+            if hi - lo < MIN_OVERLAP_S:
+                continue
+            ra, rb = arrived(ca, hi) - arrived(ca, lo), arrived(cb, hi) - arrived(cb, lo)
+            first, second = (ra, rb) if ca[0][0] < cb[0][0] else (rb, ra)
+            if first + second > 0:
+                shares.append(first / (first + second))
+    return shares
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", required=True, help="a `sgdscale train --trace-compare` file (one shard)")
+    parser.add_argument("--profile", required=True, help="the replayed profile (the tensors' bytes)")
+    parser.add_argument("--output", default="async_link_concurrency")
+    args = parser.parse_args(argv)
+    events = load(args.trace)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    spans_x = [e for e in events if e.get("ph") == "X"]
+    measured_workers = {pid: int(n.split()[1]) for pid, n in names.items() if n.startswith("worker") and "measured" in n}
+    predicted_workers = {pid: int(n.split()[1]) for pid, n in names.items() if n.startswith("worker") and "predicted" in n}
+    shard_pid = next(pid for pid, n in names.items() if n == "server 0 · measured")
+    profile = json.loads(Path(args.profile).read_text())
+    sizes = [q["bytes"] for layer in profile["layers"] for q in layer["params"]]
+
+    pushes, pulls, curves = measured_spans(spans_x, measured_workers, shard_pid, sizes)
+    predicted = collections.defaultdict(lambda: [float("inf"), float("-inf")])
+    for e in spans_x:
+        role = threads.get((e["pid"], e["tid"]))
+        if e["pid"] in predicted_workers and role in ("nic up", "nic down"):
+            span = predicted[(predicted_workers[e["pid"]], e["args"].get("iteration"), role)]
+            span[0] = min(span[0], e["ts"] / 1e6)
+            span[1] = max(span[1], (e["ts"] + e["dur"]) / 1e6)
+
+    def window(spans: dict, by_worker) -> tuple[float, float]:
+        workers = sorted({by_worker(k) for k in spans})
+        start = max(min(v[0] for k, v in spans.items() if by_worker(k) == w) for w in workers) + SKIP_S
+        end = min(max(v[1] for k, v in spans.items() if by_worker(k) == w) for w in workers)
+        return start, end
+
+    rows = []
+    m_start, m_end = window({**{("push",) + k: v for k, v in pushes.items()},
+                             **{("pull",) + k: v for k, v in pulls.items()}}, lambda k: k[1])
+    p_start, p_end = window(predicted, lambda k: k[0])
+    sides = (("measured", list(pushes.values()), list(pulls.values()), m_start, m_end),
+             ("fine", [v for k, v in predicted.items() if k[2] == "nic up"],
+              [v for k, v in predicted.items() if k[2] == "nic down"], p_start, p_end))
+    for side, push_spans, pull_spans, start, end in sides:
+        push_n, pull_n = concurrency(push_spans, start, end), concurrency(pull_spans, start, end)
+        rows.append((side, end - start, np.bincount(push_n, minlength=5)[:5] / len(push_n),
+                     np.bincount(pull_n, minlength=5)[:5] / len(pull_n),
+                     float(np.median([b - a for a, b in push_spans])), float(np.median([b - a for a, b in pull_spans]))))
+    shares = earlier_shares(curves)
+    lines = ["# Async workers pushing and pulling at once through one shard: a traced run against fine's timeline", "",
+             f"Generated by `benchmarks/async_link_concurrency.py {' '.join(argv)}`. Share of the window with 0-4 workers "
+             "pushing (first to last gradient arrival at the shard) and pulling (that last arrival to the end of the "
+             "worker's last wait for parameters in its next forward); fine's from its `nic up` / `nic down` slices. "
+             f"The first {SKIP_S:g} s of each side left out.", "",
+             "| side | window (s) | pushing 0 / 1 / 2 / 3 / 4 | pulling 0 / 1 / 2 / 3 / 4 | a push's span (median, s) | "
+             "a pull's span (median, s) |", "|---|---:|---|---|---:|---:|"]
+    for side, seconds, push_share, pull_share, push_span, pull_span in rows:
+        lines.append(f"| {side} | {seconds:.0f} | {' / '.join(f'{x:.0%}' for x in push_share)} | "
+                     f"{' / '.join(f'{x:.0%}' for x in pull_share)} | {push_span:.2f} | {pull_span:.2f} |")
+    q1, med, q3 = np.percentile(shares, [25, 50, 75])
+    lines += ["", f"Two measured pushes overlapping {MIN_OVERLAP_S:g} s or more ({len(shares)} pairs): the earlier-started one "
+              f"took {med:.2f} of the bytes the two brought in while both moved (quartiles {q1:.2f}-{q3:.2f}; 0.5: equal "
+              "sharing, as fine shares a shard's downlink)."]
+    text = "\n".join(lines) + "\n"
+    (HERE / "results" / f"{args.output}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
