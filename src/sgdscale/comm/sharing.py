@@ -26,11 +26,12 @@ import numpy as np
 # Incumbents first (`sgdscale.fine.links.LinkNetwork`, `newcomer_weight`): a flow that starts out of a
 # node whose link has been busy since before it starts gets this weight relative to the flows
 # already leaving that node (flows that start at the same instant share as above; flows from
-# several nodes into one share the receiver's link equally; once the flows a newcomer yielded to have all
-# ended, it holds the link as they did: `sgdscale.fine.links.INCUMBENCY_PASSES_ON`). Used in every prediction: nominal
-# figures and network files without a sharing fit too, since `benchmarks/unmeasured_newcomer.py`
-# (kept PS runs of sets 18-26 from nominal figures: async 30.0% -> 11.4% median error, sync 4.2% ->
-# 5.4%, where equal sharing's lock step had offset the nominal link's optimism). Measured on the
+# several nodes into one share the receiver's link equally; a newcomer yields for its whole burst, although
+# plain TCP's holds the link once those it yielded to have ended: `sgdscale.fine.links.INCUMBENCY_PASSES_ON`,
+# measured, not used). Used in every prediction: nominal figures and network files without a sharing
+# fit too, since `benchmarks/unmeasured_newcomer.py` (kept PS runs of sets 18-26 from nominal figures:
+# async 30.0% -> 11.4% median error, sync 4.2% -> 5.4%, where equal sharing's lock step had offset the
+# nominal link's optimism). Measured on the
 # emulated cluster with two TCP flows of 35 MB, the second 2-80 ms after the first
 # (`benchmarks/head_start.py`; Reno, tbf queue of 50 ms of line rate): out of one node the newcomer
 # got a weight of 0.22-0.24 while both moved, whatever the head start; into one node, 0.99-1.00. So
