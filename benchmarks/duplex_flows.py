@@ -23,8 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from head_start import RECEIVER
-from incumbent_handover import SENDER
+from head_start import RECEIVER, SENDER
 
 HERE = Path(__file__).resolve().parent
 

@@ -55,12 +55,12 @@ for t in threads:
 print(json.dumps({str(k): v for k, v in done.items()}), flush=True)
 """
 
-# Connects to each (host, port, id, start_at) target, then sends NBYTES on each from its start time.
+# Connects to each (host, port, id, start_at, nbytes) target, then sends nbytes on each from its start time.
 SENDER = r"""
 import json, socket, sys, threading, time
-nbytes = int(sys.argv[1]); targets = json.loads(sys.argv[2])
+targets = json.loads(sys.argv[1])
 socks = []
-for host, port, ident, start_at in targets:
+for host, port, ident, start_at, nbytes in targets:
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -68,9 +68,9 @@ for host, port, ident, start_at in targets:
         except OSError:
             if time.monotonic() > deadline: raise
             time.sleep(0.01)
-    socks.append((s, ident, start_at))
+    socks.append((s, ident, start_at, nbytes))
 chunk = b"\0" * (1 << 16)
-def send(s, ident, start_at):
+def send(s, ident, start_at, nbytes):
     time.sleep(max(0.0, start_at - time.monotonic()))
     s.sendall(bytes([ident])); left = nbytes
     while left > 0:
@@ -87,14 +87,15 @@ def trial(bed, direction: str, nbytes: int, head_start_s: float, port: int) -> t
     start = time.monotonic() + 1.0
     if direction == "incast":  # nodes 1 and 2 send to node 0
         receivers = [bed.popen(0, [sys.executable, "-c", RECEIVER, str(port), "2"], stdout=-1, stderr=-1, text=True)]
-        senders = [bed.popen(1 + k, [sys.executable, "-c", SENDER, str(nbytes),
-                                     json.dumps([[bed.address(0), port, k, start + k * head_start_s]])],
+        senders = [bed.popen(1 + k, [sys.executable, "-c", SENDER,
+                                     json.dumps([[bed.address(0), port, k, start + k * head_start_s, nbytes]])],
                              stdout=-1, stderr=-1, text=True) for k in (0, 1)]
     else:  # node 0 sends to nodes 1 and 2
         receivers = [bed.popen(1 + k, [sys.executable, "-c", RECEIVER, str(port), "1"], stdout=-1, stderr=-1, text=True)
                      for k in (0, 1)]
-        senders = [bed.popen(0, [sys.executable, "-c", SENDER, str(nbytes),
-                                 json.dumps([[bed.address(1 + k), port, k, start + k * head_start_s] for k in (0, 1)])],
+        senders = [bed.popen(0, [sys.executable, "-c", SENDER,
+                                 json.dumps([[bed.address(1 + k), port, k, start + k * head_start_s, nbytes]
+                                             for k in (0, 1)])],
                              stdout=-1, stderr=-1, text=True)]
     for s in senders:
         _, err = s.communicate(timeout=120)
@@ -112,7 +113,7 @@ def trial(bed, direction: str, nbytes: int, head_start_s: float, port: int) -> t
 def alone(bed, nbytes: int, port: int) -> float:
     receiver = bed.popen(0, [sys.executable, "-c", RECEIVER, str(port), "1"], stdout=-1, stderr=-1, text=True)
     start = time.monotonic() + 1.0
-    sender = bed.popen(1, [sys.executable, "-c", SENDER, str(nbytes), json.dumps([[bed.address(0), port, 0, start]])],
+    sender = bed.popen(1, [sys.executable, "-c", SENDER, json.dumps([[bed.address(0), port, 0, start, nbytes]])],
                        stdout=-1, stderr=-1, text=True)
     sender.communicate(timeout=120)
     out, _ = receiver.communicate(timeout=120)

@@ -30,35 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-from head_start import RECEIVER
+from head_start import RECEIVER, SENDER
 
 HERE = Path(__file__).resolve().parent
-
-# Connects to each (host, port, id, start_at, nbytes) target, then sends nbytes on each from its start time.
-SENDER = r"""
-import json, socket, sys, threading, time
-targets = json.loads(sys.argv[1])
-socks = []
-for host, port, ident, start_at, nbytes in targets:
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            s = socket.create_connection((host, port), timeout=30); break
-        except OSError:
-            if time.monotonic() > deadline: raise
-            time.sleep(0.01)
-    socks.append((s, ident, start_at, nbytes))
-chunk = b"\0" * (1 << 16)
-def send(s, ident, start_at, nbytes):
-    time.sleep(max(0.0, start_at - time.monotonic()))
-    s.sendall(bytes([ident])); left = nbytes
-    while left > 0:
-        n = min(left, len(chunk)); s.sendall(chunk[:n]); left -= n
-    s.shutdown(socket.SHUT_WR); s.recv(1); s.close()
-threads = [threading.Thread(target=send, args=t) for t in socks]
-for t in threads: t.start()
-for t in threads: t.join()
-"""
 
 
 def flows(bed, plan: list[tuple[int, float, int]], port: int) -> dict[int, float]:
@@ -132,7 +106,8 @@ def main(argv: list[str]) -> int:
             return ", ".join("-" if r[key] is None else f"{r[key] * 1e3:.0f}" for r in mine)
 
         lines.append(f"| {'A, B, C' if with_a else 'B, C'} | {ms('a_done_s')} | {ms('b_done_s')} | {ms('c_done_s')} | "
-                     f"{', '.join(f'{w:.2f}' for w in weights)} | {statistics.median(weights):.2f} |")
+                     f"{', '.join(f'{w:.2f}' for w in weights) or '-'} | "
+                     f"{f'{statistics.median(weights):.2f}' if weights else '- (B ended before C started)'} |")
     text = "\n".join(lines) + "\n"
     (HERE / "results" / "incumbent_handover.md").write_text(text)
     print(text)
