@@ -14,13 +14,15 @@ first 20 s of each side left out):
   shares a shard's downlink equally among pushes (flows into one node; `sgdscale.comm.sharing`).
 
     .venv/bin/python benchmarks/async_link_concurrency.py --trace FILE.json[.gz] --profile PROFILE.json
-        [--output async_link_concurrency]
+        [--keep KEPT.json.gz] [--output async_link_concurrency]
+    .venv/bin/python benchmarks/async_link_concurrency.py --trace KEPT.json.gz [--output NAME]
 
-Raw output: benchmarks/results/<output>.md. Kept: `results/async_link_concurrency-resnet50-w4-600Mbit/`
-(`compare.json.gz`, `measurement.json.gz`; 10.62 samples/s) from
-    .venv/bin/python -m sgdscale.cli train benchmarks/results/accuracy-heldout78/profiles/replay-resnet50-b16.json \
-        --replay --workers 4 --strategy ps-async --ps 1 --emulate --bandwidth 600Mbit --cpu-quota 0.25 \
-        --iterations 45 -o measurement.json --trace-compare compare.json \
+Raw output: benchmarks/results/<output>.md. Kept: `results/async_link_concurrency-resnet50-w4-600Mbit/`:
+`kept.json.gz` (what `--keep` keeps of the 56 MB side-by-side file) and `measurement-summary.json`
+(10.62 samples/s; the measurement less its per-event trace), from
+    .venv/bin/python -m sgdscale.cli train benchmarks/results/accuracy-heldout78/profiles/replay-resnet50-b16.json \\
+        --replay --workers 4 --strategy ps-async --ps 1 --emulate --bandwidth 600Mbit --cpu-quota 0.25 \\
+        --iterations 45 -o measurement.json --trace-compare compare.json \\
         --trace-network benchmarks/results/accuracy-heldout78/networks/600Mbit-q0.25-n4-5.json
 """
 
@@ -44,8 +46,35 @@ MIN_OVERLAP_S = 0.3
 def load(path: str):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
-        data = json.load(f)
-    return data["traceEvents"] if isinstance(data, dict) else data
+        return json.load(f)
+
+
+def extract(data, sizes: list[int]) -> dict:
+    """What this report reads from a side-by-side file, small enough to keep: per (worker, iteration)
+    each gradient's arrival at the shard (seconds, bytes), the ends of the worker's waits for parameters,
+    and fine's push (`nic up`) and pull (`nic down`) spans."""
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    measured = {pid: int(n.split()[1]) for pid, n in names.items() if n.startswith("worker") and "measured" in n}
+    predicted = {pid: int(n.split()[1]) for pid, n in names.items() if n.startswith("worker") and "predicted" in n}
+    shard = next(pid for pid, n in names.items() if n == "server 0 · measured")
+    out = {"arrivals": [], "parameter_waits": [], "predicted": []}
+    spans = collections.defaultdict(lambda: [float("inf"), float("-inf")])
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        end = round((e["ts"] + e["dur"]) / 1e6, 6)
+        if e["pid"] == shard and e["name"] == "wait for gradients":
+            a = e["args"]
+            out["arrivals"].append([a["worker"], a["iteration"], end, sizes[a["tensor"]]])
+        elif e["pid"] in measured and e["name"] == "wait for parameters":
+            out["parameter_waits"].append([measured[e["pid"]], e["args"]["iteration"], end])
+        elif e["pid"] in predicted and threads.get((e["pid"], e["tid"])) in ("nic up", "nic down"):
+            span = spans[(predicted[e["pid"]], e["args"].get("iteration"), threads[(e["pid"], e["tid"])])]
+            span[0], span[1] = min(span[0], round(e["ts"] / 1e6, 6)), max(span[1], end)
+    out["predicted"] = [[w, k, role, a, b] for (w, k, role), (a, b) in spans.items()]
+    return out
 
 
 def concurrency(spans: list[tuple[float, float]], start: float, end: float) -> np.ndarray:
@@ -56,17 +85,14 @@ def concurrency(spans: list[tuple[float, float]], start: float, end: float) -> n
     return count
 
 
-def measured_spans(events: list[dict], workers: dict[int, int], shard_pid: int, sizes: list[int]):
+def measured_spans(kept: dict):
     """(pushes, pulls, per-push arrival curves): spans in seconds per (worker, iteration)."""
     arrivals = collections.defaultdict(list)
-    for e in events:
-        if e["pid"] == shard_pid and e["name"] == "wait for gradients":
-            a = e["args"]
-            arrivals[(a["worker"], a["iteration"])].append(((e["ts"] + e["dur"]) / 1e6, sizes[a["tensor"]]))
+    for w, k, t, nbytes in kept["arrivals"]:
+        arrivals[(w, k)].append((t, nbytes))
     waits = collections.defaultdict(list)
-    for e in events:
-        if e["pid"] in workers and e["name"] == "wait for parameters":
-            waits[(workers[e["pid"]], e["args"]["iteration"])].append((e["ts"] + e["dur"]) / 1e6)
+    for w, k, t in kept["parameter_waits"]:
+        waits[(w, k)].append(t)
     curves = {k: sorted(v) for k, v in arrivals.items()}
     pushes = {k: (v[0][0], v[-1][0]) for k, v in curves.items()}
     pulls = {(w, k): (pushes[(w, k)][1], max(waits[(w, k + 1)])) for (w, k) in pushes if (w, k + 1) in waits}
@@ -94,28 +120,26 @@ def earlier_shares(curves: dict) -> list[float]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", required=True, help="a `sgdscale train --trace-compare` file (one shard)")
-    parser.add_argument("--profile", required=True, help="the replayed profile (the tensors' bytes)")
+    parser.add_argument("--trace", required=True,
+                        help="a `sgdscale train --trace-compare` file (one shard), or what --keep kept of one")
+    parser.add_argument("--profile", help="the replayed profile (the tensors' bytes; for a side-by-side file)")
+    parser.add_argument("--keep", help="write what the report reads from the side-by-side file here (.json.gz)")
     parser.add_argument("--output", default="async_link_concurrency")
     args = parser.parse_args(argv)
-    events = load(args.trace)
-    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
-    spans_x = [e for e in events if e.get("ph") == "X"]
-    measured_workers = {pid: int(n.split()[1]) for pid, n in names.items() if n.startswith("worker") and "measured" in n}
-    predicted_workers = {pid: int(n.split()[1]) for pid, n in names.items() if n.startswith("worker") and "predicted" in n}
-    shard_pid = next(pid for pid, n in names.items() if n == "server 0 · measured")
-    profile = json.loads(Path(args.profile).read_text())
-    sizes = [q["bytes"] for layer in profile["layers"] for q in layer["params"]]
+    data = load(args.trace)
+    if isinstance(data, dict) and "arrivals" in data:
+        kept = data
+    else:
+        if not args.profile:
+            parser.error("a side-by-side file needs --profile (the tensors' bytes)")
+        profile = json.loads(Path(args.profile).read_text())
+        kept = extract(data, [q["bytes"] for layer in profile["layers"] for q in layer["params"]])
+        if args.keep:
+            with gzip.open(args.keep, "wt") as f:
+                json.dump(kept, f, separators=(",", ":"))
 
-    pushes, pulls, curves = measured_spans(spans_x, measured_workers, shard_pid, sizes)
-    predicted = collections.defaultdict(lambda: [float("inf"), float("-inf")])
-    for e in spans_x:
-        role = threads.get((e["pid"], e["tid"]))
-        if e["pid"] in predicted_workers and role in ("nic up", "nic down"):
-            span = predicted[(predicted_workers[e["pid"]], e["args"].get("iteration"), role)]
-            span[0] = min(span[0], e["ts"] / 1e6)
-            span[1] = max(span[1], (e["ts"] + e["dur"]) / 1e6)
+    pushes, pulls, curves = measured_spans(kept)
+    predicted = {(w, k, role): (a, b) for w, k, role, a, b in kept["predicted"]}
 
     def window(spans: dict, by_worker) -> tuple[float, float]:
         workers = sorted({by_worker(k) for k in spans})
