@@ -13,6 +13,7 @@ Writes benchmarks/results/NAME.{json,md} (default ps_engine_ab).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -54,13 +55,11 @@ def run(src: Path, kind: str, shards: int) -> dict:
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    output = "ps_engine_ab"
-    if "--output" in args:
-        at = args.index("--output")
-        output = args[at + 1]
-        del args[at:at + 2]
-    revision = args[0] if args else BEFORE
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("revision", nargs="?", default=BEFORE, help="the revision to compare with (default: before the split)")
+    parser.add_argument("--output", default="ps_engine_ab", help="results/NAME.{json,md}")
+    args = parser.parse_args()
+    revision, output = args.revision, args.output
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "src"], check=True,
                                  capture_output=True).stdout
