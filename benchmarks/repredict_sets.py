@@ -49,8 +49,11 @@ def held_out_sets(named: str | None = None) -> list[str]:
     """The sets named (comma-separated), or every held-out set with kept results, in number order."""
     if named:
         return named.split(",")
-    return sorted((p.name.removeprefix("accuracy-") for p in (HERE / "results").glob("accuracy-heldout*")
-                   if (p / "results.json").is_file()), key=lambda n: int(n.removeprefix("heldout") or 1))
+    names = (p.name.removeprefix("accuracy-") for p in (HERE / "results").glob("accuracy-heldout*")
+             if (p / "results.json").is_file())
+    # heldout<N> only: a start kept apart (accuracy-heldout79-first-q0.27) is not part of its set
+    return sorted((n for n in names if n.removeprefix("heldout").isdigit() or n == "heldout"),
+                  key=lambda n: int(n.removeprefix("heldout") or 1))
 
 
 def kept_cases(set_names, strategies):
