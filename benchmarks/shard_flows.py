@@ -58,7 +58,6 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 # netlink sock_diag (linux/inet_diag.h, linux/sock_diag.h, linux/tcp.h)
 NETLINK_SOCK_DIAG = 4
@@ -302,7 +301,7 @@ PHASE_GAP_S = 0.04
 def phase_row(label: str, times: np.ndarray, pulls: np.ndarray, pushes: np.ndarray, link_Bps: float) -> str:
     step_s = float(np.median(np.diff(times)))
     threshold = MOVING * link_Bps * step_s
-    push_s, pull_s, idle_s, own, others = [], [], [], [], []
+    push_s, gap_s, pull_s, idle_s, own, others = [], [], [], [], [], []
     for w in range(pushes.shape[0]):
         push_spans = transfers(pushes[w], times, threshold, PHASE_GAP_S)
         pull_spans = transfers(pulls[w], times, threshold, PHASE_GAP_S)
@@ -314,12 +313,13 @@ def phase_row(label: str, times: np.ndarray, pulls: np.ndarray, pushes: np.ndarr
                           / (b - a) / link_Bps)
             after = [span for span in pull_spans if span[0] >= a]
             if after:
+                gap_s.append(after[0][0] - b)
                 pull_s.append(after[0][1] - after[0][0])
                 following = [span for span in push_spans if span[0] >= after[0][1]]
                 if following:
                     idle_s.append(following[0][0] - after[0][1])
     ms = lambda xs: f"{np.median(xs) * 1e3:.0f} ms" if xs else "-"
-    return (f"| {label} | {ms(push_s)} | {ms(pull_s)} | {ms(idle_s)} | {np.median(own):.2f} | "
+    return (f"| {label} | {ms(push_s)} | {ms(gap_s)} | {ms(pull_s)} | {ms(idle_s)} | {np.median(own):.2f} | "
             f"{np.median(others):.2f} |")
 
 
@@ -347,11 +347,11 @@ def report(name: str, rows: list, workers: int, link_Bps: float, skip_s: float, 
     if fine is not None:
         lines += direction_report("pulls, fine", fine[0], fine[1], link_Bps, gap_s)
     lines += ["", f"A worker's step on the wire (medians; a phase: one direction's transfers with pauses under "
-              f"{PHASE_GAP_S * 1e3:.0f} ms joined): its push phase, its pull phase, from the pull's end to its next "
+              f"{PHASE_GAP_S * 1e3:.0f} ms joined): its push phase, from its end to the pull's start (the shard's update of the last gradient), its pull phase, from the pull's end to its next "
               "push (its forward, and its backward up to the first gradient), and the share of the link its pushes "
               "got during its push phase and the other workers' pushes got meanwhile.", "",
-              "| side | push phase | pull phase | pull end to next push | its share while pushing | the others' share |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| side | push phase | push end to pull start | pull phase | pull end to next push | its share while pushing | "
+              "the others' share |", "|---|---:|---:|---:|---:|---:|---:|"]
     for label, (t, pl, pu) in [("measured", (times, pulls, pushes))] + ([("fine", fine[:3])] if fine else []):
         lines.append(phase_row(label, t, pl, pu, link_Bps))
     lines += ["", "Each worker over one second of the middle of the run, 5 ms a character: P its pushes moving, L its "
@@ -403,8 +403,7 @@ def main(argv: list[str]) -> int:
         before = {line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                              text=True).stdout.splitlines() if line.strip()}
         tmp = Path(tempfile.mkdtemp(prefix="shard_flows-"))
-        run = subprocess.Popen([sys.executable, "-m", "sgdscale.cli", "train", *train, "-o", str(tmp / "measurement.json")],
-                               cwd=ROOT)
+        run = subprocess.Popen([sys.executable, "-m", "sgdscale.cli", "train", *train, "-o", str(tmp / "measurement.json")])
         samplers = []
         try:
             for node, netns in enumerate(find_node_netns(workers + 1, before)):
