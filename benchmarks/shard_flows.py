@@ -295,6 +295,20 @@ def direction_report(name: str, times: np.ndarray, cumulative: np.ndarray, link_
             f"{len(spans)} | {q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f}), {len(earlier)} pairs |"]
 
 
+def coupling(times: np.ndarray, these: np.ndarray, other: np.ndarray, link_Bps: float) -> str:
+    """`these` direction's total rate (share of the link) and movers, by how many of the `other` move."""
+    grid = np.arange(times[0], times[-1], WINDOW_S)
+    rate = [np.diff(np.array([np.interp(grid, times, c) for c in cumulative]), axis=1) / WINDOW_S / link_Bps
+            for cumulative in (these, other)]
+    moving = [(r > MOVING).sum(axis=0) for r in rate]
+    cells = []
+    for k in range(4):
+        picked = moving[1] == k if k < 3 else moving[1] >= 3
+        cells.append(f"{rate[0].sum(axis=0)[picked].mean():.2f} ({moving[0][picked].mean():.1f})" if picked.sum() >= 10
+                     else "-")
+    return " / ".join(cells)
+
+
 PHASE_GAP_S = 0.04
 
 
@@ -346,6 +360,12 @@ def report(name: str, rows: list, workers: int, link_Bps: float, skip_s: float, 
     lines += direction_report("pulls (out of the shard), measured", times, pulls, link_Bps, gap_s)
     if fine is not None:
         lines += direction_report("pulls, fine", fine[0], fine[1], link_Bps, gap_s)
+    lines += ["", "Each direction's total (share of the link) in the 20 ms windows where 0, 1, 2, 3+ connections of the "
+              "other direction move (in brackets: how many of its own move):", "",
+              "| side | pushes while 0 / 1 / 2 / 3+ pulls move | pulls while 0 / 1 / 2 / 3+ pushes move |",
+              "|---|---|---|"]
+    for label, (t, pl, pu) in [("measured", (times, pulls, pushes))] + ([("fine", fine[:3])] if fine else []):
+        lines.append(f"| {label} | {coupling(t, pu, pl, link_Bps)} | {coupling(t, pl, pu, link_Bps)} |")
     lines += ["", f"A worker's step on the wire (medians; a phase: one direction's transfers with pauses under "
               f"{PHASE_GAP_S * 1e3:.0f} ms joined): its push phase, from its end to the pull's start (the shard's update of the last gradient), its pull phase, from the pull's end to its next "
               "push (its forward, and its backward up to the first gradient), and the share of the link its pushes "
