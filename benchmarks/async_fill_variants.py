@@ -29,13 +29,13 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import statistics
 import sys
 from unittest import mock
 
 import numpy as np
 
 import shard_flows
+from ps_compute_parts import parts_of
 from repredict_sets import HERE
 
 CASES = [  # (kept shard_flows run, its network file, the profile predicted from, workers, nominal rate)
@@ -52,12 +52,9 @@ NO_CPU = {"server_cpu_s_per_byte": 0.0, "server_cpu_s_per_message": 0.0, "worker
 
 def runs_compute(measurement: dict, profile) -> tuple[float, float]:
     """(forward, backward) factors: the run's median forward computing time (forward less its waits) and
-    backward per iteration over the profile's."""
-    forward, backward = [], []
-    for worker in measurement["workers"]:
-        backward += worker["backward_s"]
-        forward += [c - b for c, b in zip(worker["compute_s"], worker["backward_s"])]
-    return statistics.median(forward) / profile.forward_s, statistics.median(backward) / profile.backward_s
+    backward per iteration over the profile's (`ps_compute_parts.parts_of`)."""
+    backward_s, forward_s, _ = parts_of(measurement)
+    return forward_s / profile.forward_s, backward_s / profile.backward_s
 
 
 def scaled_profiles(forward: float, backward: float):
