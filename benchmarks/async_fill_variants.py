@@ -117,9 +117,9 @@ def main(argv: list[str]) -> int:
     for name, network, profile_path, workers, rate_bps in CASES:
         folder = HERE / "results" / f"shard_flows-{name}"
         measurement = json.loads((folder / "measurement.json").read_text())
-        rows = json.load(__import__("gzip").open(folder / "samples.json.gz", "rt"))
+        used = shard_flows.read_samples(folder / "samples.json.gz")
         link_Bps = 1.0 / json.loads((HERE / "results" / network).read_text())["p2p"]["beta_s_per_byte"]
-        times, pulls, pushes = shard_flows.series(rows, workers, 5.0)
+        times, pulls, pushes = shard_flows.series(used, workers, 5.0)
         measured = measurement["throughput"]
         replay = measurement["config"].get("workload") == "replay"
         factors = (1.0, 1.0) if replay else runs_compute(measurement, load_profile(str(HERE / "results" / profile_path)))

@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         picked = [r for r in rows if r[1].strategy == strategy]
         if len(picked) < 2:
             continue
-        for_b, for_f = sorted(r[2] for r in picked), sorted(r[3] for r in picked)
+        for_b, for_f = [r[2] for r in picked], [r[3] for r in picked]
         qb, qf = statistics.quantiles(for_b, n=4), statistics.quantiles(for_f, n=4)
         lines.append(f"| {strategy} | {len(picked)} | {statistics.median(for_b):.2f} ({qb[0]:.2f}-{qb[2]:.2f}) | "
                      f"{statistics.median(for_f):.2f} ({qf[0]:.2f}-{qf[2]:.2f}) | "

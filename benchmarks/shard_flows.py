@@ -27,8 +27,8 @@ Reported over the run's middle (the first and last `--skip-s` seconds left out),
         --samples results/shard_flows-NAME/samples.json.gz [--profile ...]   (report again)
 
 TRAIN-ARGUMENTS are `sgdscale train`'s, with --emulate and one shard. Raw output:
-benchmarks/results/shard_flows-<name>.md and results/shard_flows-<name>/ (the samples, gzipped, and
-the run's measurement). Kept (each reported with `--samples` and `--profile`):
+benchmarks/results/shard_flows-<name>.md and results/shard_flows-<name>/ (the samples of the
+connections the report reads, delta-encoded and gzipped, and the run's measurement). Kept (each reported with `--samples` and `--profile`):
 - `gpt2-async-w5-660Mbit`: set 80's async gpt2 (real compute), from
     --network-file results/accuracy-heldout80/networks/660Mbit-q0.32-n5-6.json -- gpt2 --batch-size 4
     --seq-len 64 --option layers=2 --option hidden=128 --option vocab=2048 --workers 5 --strategy ps-async
@@ -167,23 +167,53 @@ def find_node_netns(nodes: int, before: set[str], timeout_s: float = 120.0) -> l
     raise SystemExit("shard_flows: the run's namespaces never appeared")
 
 
-def series(rows: list, workers: int, skip_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(sample times, pulls[w, t], pushes[w, t]): cumulative bytes, each counted where it arrives: a push
-    by the shard (node `workers`), a pull by its worker, on that pair's busiest connection."""
+def used_connections(rows: list, workers: int) -> dict[tuple[int, str], list[tuple[float, int]]]:
+    """Per (worker, "push" or "pull"): the (time, bytes received) samples of the connection that carries
+    it, counted where its bytes arrive (a push by the shard, node `workers`; a pull by its worker), the
+    pair's busiest connection (not the workers' connections to each other or the store's)."""
     shard = workers
     by_conn: dict[tuple, list] = {}
-    for node, t, peer, sport, dport, *_, received in rows:  # kept rows leave the bytes acked out
+    for node, t, peer, sport, dport, _acked, received in rows:
         by_conn.setdefault((node, peer, sport, dport), []).append((t, received))
-    times = np.array(sorted({r[1] for r in rows if r[0] == shard}))
-    pulls, pushes = np.zeros((workers, len(times))), np.zeros((workers, len(times)))
-    best: dict[tuple, tuple] = {}
-    for (node, peer, sport, dport), samples in by_conn.items():
+    used: dict[tuple[int, str], list] = {}
+    for (node, peer, _, _), samples in by_conn.items():
         w, into = (peer - 1, "push") if node == shard else (node, "pull")
         if (into == "pull" and peer - 1 != shard) or not 0 <= w < workers:
             continue
-        if samples[-1][1] > best.get((w, into), (0, None))[0]:
-            best[(w, into)] = (samples[-1][1], samples)
-    for (w, into), (_, samples) in best.items():
+        if samples[-1][1] > used.get((w, into), [(0.0, 0)])[-1][1]:
+            used[(w, into)] = samples
+    return used
+
+
+def write_samples(path: Path, used: dict) -> None:
+    """Keep what `series` reads, delta-encoded (microseconds, bytes)."""
+    kept = []
+    for (w, into), samples in sorted(used.items()):
+        t_us = np.round(np.array([t for t, _ in samples]) * 1e6).astype(np.int64)
+        nbytes = np.array([b for _, b in samples], dtype=np.int64)
+        kept.append({"worker": w, "direction": into, "t0_us": int(t_us[0]), "dt_us": np.diff(t_us).tolist(),
+                     "bytes0": int(nbytes[0]), "dbytes": np.diff(nbytes).tolist()})
+    with gzip.open(path, "wt") as f:
+        json.dump({"connections": kept}, f)
+
+
+def read_samples(path: str | Path) -> dict:
+    with gzip.open(path, "rt") as f:
+        kept = json.load(f)["connections"]
+    used = {}
+    for c in kept:
+        t = (c["t0_us"] + np.concatenate([[0], np.cumsum(c["dt_us"])])) / 1e6
+        b = c["bytes0"] + np.concatenate([[0], np.cumsum(c["dbytes"])])
+        used[(c["worker"], c["direction"])] = list(zip(t.tolist(), b.tolist()))
+    return used
+
+
+def series(used: dict, workers: int, skip_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sample times, pulls[w, t], pushes[w, t]): cumulative bytes of `used_connections`, on the shard's
+    sampling times, the first and last `skip_s` left out."""
+    times = np.array(sorted({t for (_, into), samples in used.items() if into == "push" for t, _ in samples}))
+    pulls, pushes = np.zeros((workers, len(times))), np.zeros((workers, len(times)))
+    for (w, into), samples in used.items():
         ts = np.array([x[0] for x in samples])
         (pushes if into == "push" else pulls)[w] = np.interp(times, ts, [x[1] for x in samples])
     keep = (times >= times[0] + skip_s) & (times <= times[-1] - skip_s)
@@ -337,9 +367,9 @@ def phase_row(label: str, times: np.ndarray, pulls: np.ndarray, pushes: np.ndarr
             f"{np.median(others):.2f} |")
 
 
-def report(name: str, rows: list, workers: int, link_Bps: float, skip_s: float, gap_s: float, command: str,
+def report(name: str, used: dict, workers: int, link_Bps: float, skip_s: float, gap_s: float, command: str,
            measurement: dict | None, fine: tuple | None = None) -> str:
-    times, pulls, pushes = series(rows, workers, skip_s)
+    times, pulls, pushes = series(used, workers, skip_s)
     dt = np.diff(times)
     lines = [f"# A parameter-server shard's link, connection by connection: {name}", "",
              f"Generated by `benchmarks/shard_flows.py {command}`. Every established TCP connection of every node's "
@@ -414,7 +444,7 @@ def main(argv: list[str]) -> int:
     out_dir = HERE / "results" / f"shard_flows-{args.name}"
     command = " ".join(argv)
     if args.samples:
-        rows = json.load(gzip.open(args.samples, "rt"))
+        used = read_samples(args.samples)
         measurement_path = out_dir / "measurement.json"
         measurement = json.loads(measurement_path.read_text()) if measurement_path.is_file() else None
         workers = args.workers or (len(measurement["workers"]) if measurement else None)
@@ -444,20 +474,18 @@ def main(argv: list[str]) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         lines = [line for node in range(workers + 1) if (tmp / f"samples-{node}.jsonl").is_file()
                  for line in (tmp / f"samples-{node}.jsonl").read_text().splitlines()]
-        with gzip.open(out_dir / "samples.json.gz", "wt") as f:  # kept: what `series` reads
-            json.dump([[node, round(t, 6), peer, sport, dport, received] for node, t, peer, sport, dport, _, received
-                       in (json.loads(line) for line in lines if line.endswith("]"))], f)
+        used = used_connections([json.loads(line) for line in lines if line.endswith("]")], workers)
+        write_samples(out_dir / "samples.json.gz", used)
         measurement = json.loads((tmp / "measurement.json").read_text())
         (out_dir / "measurement.json").write_text(json.dumps(measurement))
         shutil.rmtree(tmp)
-        rows = json.load(gzip.open(out_dir / "samples.json.gz", "rt"))
     fine = None
     if args.profile:
         from sgdscale.units import parse_bandwidth_bps
         replay = "--replay" in train or (measurement is not None and measurement["config"].get("workload") == "replay")
         fine = fine_series(args.profile, args.network_file, workers, parse_bandwidth_bps(args.bandwidth), args.strategy,
                            args.skip_s, args.every_ms / 1e3, replay)
-    text = report(args.name, rows, workers, args.link_Bps, args.skip_s, args.gap_ms / 1e3, command, measurement, fine)
+    text = report(args.name, used, workers, args.link_Bps, args.skip_s, args.gap_ms / 1e3, command, measurement, fine)
     (HERE / "results" / f"shard_flows-{args.name}.md").write_text(text)
     print(text)
     return 0
