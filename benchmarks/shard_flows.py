@@ -67,6 +67,8 @@ NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 INET_DIAG_INFO = 2
 TCP_ESTABLISHED = 1
 TCPI_BYTES_ACKED, TCPI_BYTES_RECEIVED = 120, 128  # offsets in struct tcp_info
+TCPI_SND_MSS, TCPI_RTT, TCPI_SND_SSTHRESH = 16, 68, 76  # ssthresh then snd_cwnd (segments), rtt in us
+NO_SSTHRESH = 0x7FFFFFFF  # TCP_INFINITE_SSTHRESH: no loss yet
 MOVING = 0.05  # a connection moves while it carries over this share of the link's rate
 WINDOW_S = 0.02  # over windows this long
 
@@ -81,8 +83,9 @@ def diag_request(sockid: bytes = bytes(48), dump: bool = True) -> bytes:
 
 
 def parse_diag(data: bytes, rows: list, t: float, ids: dict | None = None) -> int:
-    """Append (t, peer's last address byte, local port, peer port, bytes acked, bytes received) per socket
-    in `data`, and its id to `ids`; returns how many messages it held (-1 at the dump's end)."""
+    """Append (t, peer's last address byte, local port, peer port, bytes acked, bytes received, send MSS,
+    smoothed round trip in us, slow-start threshold and congestion window in segments) per socket in
+    `data`, and its id to `ids`; returns how many messages it held (-1 at the dump's end)."""
     offset, count = 0, 0
     while offset + 16 <= len(data):
         length, kind = struct.unpack_from("=IH", data, offset)
@@ -99,8 +102,12 @@ def parse_diag(data: bytes, rows: list, t: float, ids: dict | None = None) -> in
         while attr + 4 <= offset + length:
             alen, atype = struct.unpack_from("=HH", data, attr)
             if atype == INET_DIAG_INFO and alen - 4 >= TCPI_BYTES_RECEIVED + 8:
-                acked, received = struct.unpack_from("=QQ", data, attr + 4 + TCPI_BYTES_ACKED)
-                rows.append((t, peer, sport, dport, acked, received))
+                info = attr + 4
+                acked, received = struct.unpack_from("=QQ", data, info + TCPI_BYTES_ACKED)
+                mss, = struct.unpack_from("=I", data, info + TCPI_SND_MSS)
+                rtt_us, = struct.unpack_from("=I", data, info + TCPI_RTT)
+                ssthresh, cwnd = struct.unpack_from("=II", data, info + TCPI_SND_SSTHRESH)
+                rows.append((t, peer, sport, dport, acked, received, mss, rtt_us, ssthresh, cwnd))
             attr += (alen + 3) & ~3
         offset += (length + 3) & ~3
         count += 1
@@ -125,8 +132,11 @@ def sample(out_path: str, every_s: float, node: int, rediscover_s: float = 0.5) 
         if t - found_at >= rediscover_s or not lookups:
             ids.clear()
             nl.send(diag_request())
-            while parse_diag(nl.recv(1 << 20), rows, t, ids) >= 0:
-                pass
+            try:
+                while parse_diag(nl.recv(1 << 20), rows, t, ids) >= 0:
+                    pass
+            except OSError:  # a connection closed mid-dump (the run ending): dump again next time
+                ids.clear()
             lookups = b"".join(diag_request(sockid, dump=False) for sockid in ids.values())
             found_at = t
         else:
@@ -173,7 +183,7 @@ def used_connections(rows: list, workers: int) -> dict[tuple[int, str], list[tup
     pair's busiest connection (not the workers' connections to each other or the store's)."""
     shard = workers
     by_conn: dict[tuple, list] = {}
-    for node, t, peer, sport, dport, _acked, received in rows:
+    for node, t, peer, sport, dport, _acked, received, *_ in rows:
         by_conn.setdefault((node, peer, sport, dport), []).append((t, received))
     used: dict[tuple[int, str], list] = {}
     for (node, peer, _, _), samples in by_conn.items():
@@ -185,16 +195,48 @@ def used_connections(rows: list, workers: int) -> dict[tuple[int, str], list[tup
     return used
 
 
-def write_samples(path: Path, used: dict) -> None:
-    """Keep what `series` reads, delta-encoded (microseconds, bytes)."""
+def sender_windows(rows: list, workers: int, every: int = 10) -> dict[tuple[int, str], dict[str, list]]:
+    """Per (worker, "push" or "pull"): the sending end's TCP state, every `every`-th sample of the connection
+    that carries it (a push sent by its worker to the shard, a pull by the shard to its worker; the pair's
+    busiest): times (s), bytes acknowledged, congestion window and slow-start threshold (bytes; the
+    threshold None until the connection's first loss) and smoothed round trip (s)."""
+    shard = workers
+    by_conn: dict[tuple, list] = {}
+    for node, t, peer, sport, dport, acked, _received, mss, rtt_us, ssthresh, cwnd in rows:
+        by_conn.setdefault((node, peer, sport, dport), []).append((t, acked, mss, rtt_us, ssthresh, cwnd))
+    chosen: dict[tuple[int, str], list] = {}
+    for (node, peer, _, _), samples in by_conn.items():
+        w, out = (node, "push") if node != shard and peer - 1 == shard else (peer - 1, "pull")
+        if (out == "pull" and node != shard) or not 0 <= w < workers:
+            continue
+        if samples[-1][1] > chosen.get((w, out), [(0.0, 0)])[-1][1]:
+            chosen[(w, out)] = samples
+    return {key: {"t": [x[0] for x in samples[::every]], "acked": [x[1] for x in samples[::every]],
+                  "cwnd": [x[5] * x[2] for x in samples[::every]],
+                  "ssthresh": [None if x[4] >= NO_SSTHRESH else x[4] * x[2] for x in samples[::every]],
+                  "rtt_s": [x[3] / 1e6 for x in samples[::every]]}
+            for key, samples in chosen.items()}
+
+
+def write_samples(path: Path, used: dict, windows: dict | None = None) -> None:
+    """Keep what `series` reads, delta-encoded (microseconds, bytes), and the senders' TCP state."""
     kept = []
     for (w, into), samples in sorted(used.items()):
         t_us = np.round(np.array([t for t, _ in samples]) * 1e6).astype(np.int64)
         nbytes = np.array([b for _, b in samples], dtype=np.int64)
         kept.append({"worker": w, "direction": into, "t0_us": int(t_us[0]), "dt_us": np.diff(t_us).tolist(),
                      "bytes0": int(nbytes[0]), "dbytes": np.diff(nbytes).tolist()})
+    senders = []
+    for (w, out), state in sorted((windows or {}).items()):
+        t_us = np.round(np.array(state["t"]) * 1e6).astype(np.int64)
+        acked = np.array(state["acked"], dtype=np.int64)
+        senders.append({"worker": w, "direction": out, "t0_us": int(t_us[0]), "dt_us": np.diff(t_us).tolist(),
+                        "acked0": int(acked[0]), "dacked": np.diff(acked).tolist(),
+                        "cwnd": [int(c) for c in state["cwnd"]],
+                        "ssthresh": [-1 if x is None else int(x) for x in state["ssthresh"]],
+                        "rtt_us": [int(round(r * 1e6)) for r in state["rtt_s"]]})
     with gzip.open(path, "wt") as f:
-        json.dump({"connections": kept}, f)
+        json.dump({"connections": kept, "senders": senders}, f)
 
 
 def read_samples(path: str | Path) -> dict:
@@ -206,6 +248,61 @@ def read_samples(path: str | Path) -> dict:
         b = c["bytes0"] + np.concatenate([[0], np.cumsum(c["dbytes"])])
         used[(c["worker"], c["direction"])] = list(zip(t.tolist(), b.tolist()))
     return used
+
+
+def read_windows(path: str | Path) -> dict:
+    """The senders' TCP state kept with the samples (empty for runs sampled before it was kept)."""
+    with gzip.open(path, "rt") as f:
+        senders = json.load(f).get("senders", [])
+    return {(s["worker"], s["direction"]): {
+        "t": ((s["t0_us"] + np.concatenate([[0], np.cumsum(s["dt_us"])])) / 1e6).tolist(),
+        "acked": (s["acked0"] + np.concatenate([[0], np.cumsum(s["dacked"])])).tolist(),
+        "cwnd": s["cwnd"], "ssthresh": [None if x < 0 else x for x in s["ssthresh"]],
+        "rtt_s": [r / 1e6 for r in s["rtt_us"]]} for s in senders}
+
+
+def window_rows(windows: dict, link_Bps: float, start_s: float, end_s: float) -> list[dict]:
+    """Per sending connection over [start_s, end_s] (absolute times), while it sends (over `MOVING` of the
+    link's rate in `WINDOW_S` windows): its congestion window over its round trip as a share of the link
+    (what one flow can move however idle the link is), the window and round trip themselves, when it
+    first lost a packet (seconds from `start_s`; negative: before) and its slow-start threshold at the end."""
+    rows = []
+    for (w, out), state in sorted(windows.items(), key=lambda kv: (kv[0][1] != "push", kv[0][0])):
+        t = np.array(state["t"])
+        keep = (t >= start_s) & (t <= end_s)
+        if keep.sum() < 3:
+            continue
+        acked = np.array(state["acked"], dtype=float)
+        rate = (np.interp(t + WINDOW_S, t, acked) - acked) / WINDOW_S
+        sending = keep & (rate > MOVING * link_Bps)
+        if sending.sum() < 3:
+            continue
+        cwnd, rtt = np.array(state["cwnd"], dtype=float), np.array(state["rtt_s"])
+        capacity = cwnd[sending] / np.maximum(rtt[sending], 1e-6) / link_Bps
+        losses = [x for x, th in zip(t, state["ssthresh"]) if th is not None]
+        last = [th for x, th in zip(t, state["ssthresh"]) if x <= end_s]
+        rows.append({"worker": w, "direction": out, "capacity": float(np.median(capacity)),
+                     "capacity_p10": float(np.percentile(capacity, 10)),
+                     "capacity_p90": float(np.percentile(capacity, 90)),
+                     "cwnd_bytes": float(np.median(cwnd[sending])), "rtt_s": float(np.median(rtt[sending])),
+                     "rtt_p90_s": float(np.percentile(rtt[sending], 90)),
+                     "first_loss_s": (losses[0] - start_s) if losses else None,
+                     "ssthresh_bytes": last[-1] if last else None})
+    return rows
+
+
+def window_table(rows: list[dict]) -> list[str]:
+    mb = lambda b: "none (no loss)" if b is None else f"{b / 1e6:.2f} MB"
+    lines = ["| sender | first loss | slow-start threshold at the end | window while sending | round trip while "
+             "sending (median, p90) | window / round trip, share of the link (median, p10-p90) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        who = f"w{r['worker']}'s pushes" if r["direction"] == "push" else f"pulls to w{r['worker']}"
+        loss = "never" if r["first_loss_s"] is None else f"{r['first_loss_s']:+.1f} s"
+        lines.append(f"| {who} | {loss} | {mb(r['ssthresh_bytes'])} | {r['cwnd_bytes'] / 1e6:.2f} MB | "
+                     f"{r['rtt_s'] * 1e3:.1f} ms, {r['rtt_p90_s'] * 1e3:.1f} ms | {r['capacity']:.2f} "
+                     f"({r['capacity_p10']:.2f}-{r['capacity_p90']:.2f}) |")
+    return lines
 
 
 def series(used: dict, workers: int, skip_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -367,8 +464,14 @@ def phase_row(label: str, times: np.ndarray, pulls: np.ndarray, pushes: np.ndarr
             f"{np.median(others):.2f} |")
 
 
+def middle_s(used: dict, skip_s: float) -> tuple[float, float]:
+    """The absolute start and end of the run's middle that `series` reports on."""
+    times = [t for (_, into), samples in used.items() if into == "push" for t, _ in samples]
+    return min(times) + skip_s, max(times) - skip_s
+
+
 def report(name: str, used: dict, workers: int, link_Bps: float, skip_s: float, gap_s: float, command: str,
-           measurement: dict | None, fine: tuple | None = None) -> str:
+           measurement: dict | None, fine: tuple | None = None, windows: dict | None = None) -> str:
     times, pulls, pushes = series(used, workers, skip_s)
     dt = np.diff(times)
     lines = [f"# A parameter-server shard's link, connection by connection: {name}", "",
@@ -390,6 +493,13 @@ def report(name: str, used: dict, workers: int, link_Bps: float, skip_s: float, 
     lines += direction_report("pulls (out of the shard), measured", times, pulls, link_Bps, gap_s)
     if fine is not None:
         lines += direction_report("pulls, fine", fine[0], fine[1], link_Bps, gap_s)
+    if windows:
+        lines += ["", "What each sending end's TCP lets through (its own counters; Reno): a connection's congestion "
+                  "window over its smoothed round trip, as a share of the link, is what that one flow can move "
+                  "however idle the link; over the middle of the run while it sends. A push's acknowledgements "
+                  "leave the shard behind the replies queued in its uplink's shaper, so its round trip is that "
+                  "queue's; its window stops growing at the slow-start threshold its first loss set.", ""]
+        lines += window_table(window_rows(windows, link_Bps, *middle_s(used, skip_s)))
     lines += ["", "Each direction's total (share of the link) in the 20 ms windows where 0, 1, 2, 3+ connections of the "
               "other direction move (in brackets: how many of its own move):", "",
               "| side | pushes while 0 / 1 / 2 / 3+ pulls move | pulls while 0 / 1 / 2 / 3+ pushes move |",
@@ -444,7 +554,7 @@ def main(argv: list[str]) -> int:
     out_dir = HERE / "results" / f"shard_flows-{args.name}"
     command = " ".join(argv)
     if args.samples:
-        used = read_samples(args.samples)
+        used, windows = read_samples(args.samples), read_windows(args.samples)
         measurement_path = out_dir / "measurement.json"
         measurement = json.loads(measurement_path.read_text()) if measurement_path.is_file() else None
         workers = args.workers or (len(measurement["workers"]) if measurement else None)
@@ -474,8 +584,9 @@ def main(argv: list[str]) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         lines = [line for node in range(workers + 1) if (tmp / f"samples-{node}.jsonl").is_file()
                  for line in (tmp / f"samples-{node}.jsonl").read_text().splitlines()]
-        used = used_connections([json.loads(line) for line in lines if line.endswith("]")], workers)
-        write_samples(out_dir / "samples.json.gz", used)
+        rows = [json.loads(line) for line in lines if line.endswith("]")]
+        used, windows = used_connections(rows, workers), sender_windows(rows, workers)
+        write_samples(out_dir / "samples.json.gz", used, windows)
         measurement = json.loads((tmp / "measurement.json").read_text())
         (out_dir / "measurement.json").write_text(json.dumps(measurement))
         shutil.rmtree(tmp)
@@ -485,7 +596,8 @@ def main(argv: list[str]) -> int:
         replay = "--replay" in train or (measurement is not None and measurement["config"].get("workload") == "replay")
         fine = fine_series(args.profile, args.network_file, workers, parse_bandwidth_bps(args.bandwidth), args.strategy,
                            args.skip_s, args.every_ms / 1e3, replay)
-    text = report(args.name, used, workers, args.link_Bps, args.skip_s, args.gap_ms / 1e3, command, measurement, fine)
+    text = report(args.name, used, workers, args.link_Bps, args.skip_s, args.gap_ms / 1e3, command, measurement, fine,
+                  windows)
     (HERE / "results" / f"shard_flows-{args.name}.md").write_text(text)
     print(text)
     return 0

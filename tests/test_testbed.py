@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,6 +90,8 @@ def test_rejects_bad_shapes():
         Testbed(2, 1e8, 0.01)
     with pytest.raises(UserError, match="bandwidth must be positive"):
         Testbed(2, 0, 0.5)
+    with pytest.raises(UserError, match="unknown link queue 'fq'"):
+        Testbed(2, 1e8, 0.5, link_queue="fq")
 
 
 def test_names_fit_ifnamsiz_even_for_the_largest_pid():
@@ -275,6 +278,25 @@ def test_shaped_bandwidth_is_close_to_nominal(rate_bps):
             result = max((bed.measure_bandwidth(src, dst, nbytes=int(rate_bps / 8 * 0.8)) for _ in range(2)),
                          key=lambda r: r.bps)
             assert 0.8 * rate_bps <= result.bps <= 1.05 * rate_bps, (src, dst, result)
+
+
+def _class_sent(bed: Testbed, node: int) -> dict[str, tuple[int, int]]:
+    """(bytes, packets) each htb class of the node's own eth0 sent."""
+    text = tb._run(["tc", "-n", bed.netns(node), "-s", "class", "show", "dev", tb.NODE_IFNAME]).stdout
+    return {m[0]: (int(m[1]), int(m[2])) for m in
+            re.findall(r"class htb (\S+) .*?\n\s*Sent (\d+) bytes (\d+) pkt", text)}
+
+
+@needs_root
+def test_acks_first_links_send_acknowledgements_ahead_and_keep_the_rate():
+    rate, nbytes = 200e6, int(200e6 / 8 * 0.8)
+    with Testbed(2, rate, 0.9, link_queue="acks-first") as bed:
+        result = max((bed.measure_bandwidth(0, 1, nbytes=nbytes) for _ in range(2)), key=lambda r: r.bps)
+        sender, receiver = _class_sent(bed, 0), _class_sent(bed, 1)
+        assert bed.cpu_report(bed.cpu_snapshot(), bed.cpu_snapshot())["link_queue"] == "acks-first"
+    assert 0.8 * rate <= result.bps <= 1.05 * rate, result
+    assert sender["10:20"][0] >= 2 * nbytes > 20 * sender["10:10"][0]  # the data went through the bulk queue,
+    assert receiver["10:10"][1] > 10 * receiver["10:20"][1]  # its acknowledgements through the first
 
 
 @needs_root

@@ -95,6 +95,9 @@ For PS strategies the world size is workers + ps (ranks >= workers are the shard
                    "like real compute).")
 @click.option("--pin-cpus/--no-pin-cpus", default=True, show_default=True,
               help="With --emulate, also pin each node to its own core(s), so nodes never queue on one core.")
+@click.option("--link-queue", type=click.Choice(["fifo", "acks-first"]), default="fifo", show_default=True,
+              help="With --emulate, how each shaped link queues: one FIFO (acknowledgements wait behind data, "
+                   "up to 50 ms; the validated cluster) or acknowledgements first (an experiment).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="Write the measurement JSON here.")
 @click.option("--write-config", type=click.Path(dir_okay=False), default=None,
               help="Only write the rank config (for torchrun on a real cluster) and exit.")
@@ -111,8 +114,8 @@ For PS strategies the world size is workers + ps (ranks >= workers are the shard
                    "--emulate: the nominal --bandwidth].")
 def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb, batch_size, iterations,
           warmup, image_size, seq_len, model_options, lr, threads, timeout, port, emulate, bandwidth, cpu_quota,
-          replay, replay_compute, pin_cpus, output, write_config, trace_path, compare_path, trace_profile,
-          trace_network) -> None:
+          replay, replay_compute, pin_cpus, link_queue, output, write_config, trace_path, compare_path,
+          trace_profile, trace_network) -> None:
     """Train MODEL with real data-parallel SGD and measure every iteration of every worker (the
     ground truth for `sgdscale predict`): on local processes, or with --emulate on an emulated
     cluster with one shaped network namespace and CPU quota per node.
@@ -182,7 +185,8 @@ def train(model, workers, strategy, ps_count, ps_placement, grouping, bucket_mb,
 
             quota = cpu_quota or min(1.0, (os.cpu_count() or 1) / config.world_size)
             config.bandwidth_bps, config.cpu_quota = parse_bandwidth_bps(bandwidth), quota
-            with Testbed(config.world_size, config.bandwidth_bps, quota, pin_cpus=pin_cpus) as testbed:
+            with Testbed(config.world_size, config.bandwidth_bps, quota, pin_cpus=pin_cpus,
+                         link_queue=link_queue) as testbed:
                 measurement = run_training(config, testbed, timeout_s=timeout_s, on_progress=on_progress)
         else:
             measurement = run_training(config, port=port, timeout_s=timeout_s, on_progress=on_progress)

@@ -18,6 +18,10 @@ Why these choices (see docs/design.md "Real runs"):
   (`benchmarks/noise_sources.py` measures what it changes).
 - A process joins its cgroups *before* `ip netns exec`, because `ip netns exec` mounts a fresh
   /sys in which our cgroup path may not be visible.
+- Each shaper queues what waits in one FIFO (`link_queue="fifo"`, up to 50 ms of line rate), so a node's
+  acknowledgements wait behind the data it sends. `link_queue="acks-first"` sends packets under 128
+  bytes (pure acknowledgements) ahead of that queue, as flow-queueing hosts and shallow NIC queues do:
+  an experiment (`benchmarks/push_window.py`), not the validated cluster.
 - Every node's TCP congestion control is set (`tcp_congestion_control`), not inherited from the
   host: CUBIC, the Linux default, where the host allows it in a namespace, else Reno (always
   there; loss-based too). Namespaces start with the host's choice, on this machine BBR, and under
@@ -75,6 +79,7 @@ MIN_QUOTA_US = 1_000  # the kernel refuses cfs quotas below 1 ms
 NODE_IFNAME = "eth0"
 SUBNET = "10.200.0"
 MAX_NODES = 250
+LINK_QUEUES = ("fifo", "acks-first")  # how a shaped link queues (Testbed's link_queue)
 _PREFIX_RE = re.compile(rf"^({NAME_STEM}(\d+)[a-z])")
 _instance_counter = itertools.count()
 
@@ -132,6 +137,20 @@ class TbfParams:
     def tc_args(self) -> list[str]:
         return ["tbf", "rate", f"{int(self.rate_bps)}bit", "burst", str(self.burst_bytes),
                 "limit", str(self.limit_bytes)]
+
+    def acks_first_commands(self, dev: str) -> list[list[str]]:
+        """`tc` arguments (after `tc [-n NS]`) that put this shaper on `dev` over two queues: packets under
+        128 bytes (IPv4 total length: pure acknowledgements) first, the rest in a byte FIFO of the
+        shaper's limit. An htb child of tbf whose classes never limit (10 Gbit/s) serves them in
+        priority order."""
+        return [["qdisc", "add", "dev", dev, "root", "handle", "1:", *self.tc_args()],
+                ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "htb", "default", "20"],
+                ["class", "add", "dev", dev, "parent", "10:", "classid", "10:10", "htb", "rate", "10gbit", "prio", "0"],
+                ["class", "add", "dev", dev, "parent", "10:", "classid", "10:20", "htb", "rate", "10gbit", "prio", "1"],
+                ["qdisc", "add", "dev", dev, "parent", "10:10", "pfifo", "limit", "1000"],
+                ["qdisc", "add", "dev", dev, "parent", "10:20", "bfifo", "limit", str(self.limit_bytes)],
+                ["filter", "add", "dev", dev, "parent", "10:", "protocol", "ip", "prio", "1", "u32",
+                 "match", "u16", "0x0000", "0xff80", "at", "2", "flowid", "10:10"]]
 
 
 @dataclass(frozen=True)
@@ -408,7 +427,7 @@ class Testbed:
     bandwidth period (the quota is enforced per period; see the module docstring). tbf_burst_s:
     the token bucket's burst in seconds of line rate, tbf_limit_s its queue (default: `TbfParams.for_rate`'s
     rules). tcp_congestion_control: every node's TCP congestion control (default: `default_congestion_control`;
-    None keeps the host's).
+    None keeps the host's). link_queue: "fifo" (default) or "acks-first" (see the module docstring).
     """
 
     __test__ = False  # not a pytest test class, despite the name
@@ -425,7 +444,10 @@ class Testbed:
         tbf_burst_s: float | None = None,
         tbf_limit_s: float | None = None,
         tcp_congestion_control: str | None = "default",
+        link_queue: str = "fifo",
     ) -> None:
+        if link_queue not in LINK_QUEUES:
+            raise UserError(f"unknown link queue {link_queue!r}; use one of {', '.join(LINK_QUEUES)}")
         if not 1 <= nodes <= MAX_NODES:
             raise UserError(f"an emulated cluster has 1 to {MAX_NODES} nodes, got {nodes}")
         if bandwidth_bps <= 0:
@@ -455,6 +477,7 @@ class Testbed:
         self.tbf = TbfParams.for_rate(self.bandwidth_bps, tbf_burst_s, tbf_limit_s)
         self.tcp_congestion_control = (default_congestion_control() if tcp_congestion_control == "default"
                                        else tcp_congestion_control)
+        self.link_queue = link_queue
         if name_prefix is None:
             letter = "abcdefghijklmnopqrstuvwxyz"[next(_instance_counter) % 26]
             name_prefix = f"{NAME_STEM}{os.getpid()}{letter}"
@@ -567,8 +590,13 @@ class Testbed:
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(node)}/24", "dev", NODE_IFNAME])
             _run(["ip", "-n", ns, "link", "set", NODE_IFNAME, "up"])
             # toward the node (bridge -> node) and from the node (node -> bridge)
-            _run(["tc", "qdisc", "add", "dev", veth, "root", *self.tbf.tc_args()])
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", NODE_IFNAME, "root", *self.tbf.tc_args()])
+            if self.link_queue == "acks-first":
+                for tc, dev in ((["tc"], veth), (["tc", "-n", ns], NODE_IFNAME)):
+                    for command in self.tbf.acks_first_commands(dev):
+                        _run([*tc, *command])
+            else:
+                _run(["tc", "qdisc", "add", "dev", veth, "root", *self.tbf.tc_args()])
+                _run(["tc", "-n", ns, "qdisc", "add", "dev", NODE_IFNAME, "root", *self.tbf.tc_args()])
 
     def close(self) -> None:
         """Kill every node process and remove everything built; idempotent, signals held meanwhile."""
@@ -686,7 +714,8 @@ class Testbed:
                 for cpu, now in sorted(after.per_cpu_kernel_s.items())
                 if cpu in before.per_cpu_kernel_s and wall_s > 0]
         return {"wall_s": wall_s, "cfs_period_us": self.cfs_period_us, "pinned": self.cpu_sets is not None,
-                "tcp_congestion_control": self.tcp_congestion_control, "nodes": nodes,
+                "tcp_congestion_control": self.tcp_congestion_control,
+                **({} if self.link_queue == "fifo" else {"link_queue": self.link_queue}), "nodes": nodes,
                 "other_load_cores": None if wall_s <= 0 else max(0.0, busy_s - ours_s) / wall_s,
                 "cpus": cpus}
 
