@@ -199,3 +199,28 @@ def test_outputs_say_which_model():
 
     assert header_line(prediction).startswith("mlp (input_dim 2048, width 2048, depth 4, num_classes 10), batch 64 "
                                               "per worker; the model of the built-in profile 'mlp'")
+
+
+def test_async_ps_limited_by_a_server_nic_states_the_most_to_expect(tmp_path, capsys):
+    """Fine keeps a limiting server link ~80% busy where real async runs reached 96%: the prediction
+    says what the cluster would do at that fill, and leaves its own number alone."""
+    from sgdscale.result import SERVER_LINK_CEILING_FILL
+
+    path = tmp_path / "p.json"
+    code, out, err = run(capsys, "predict", "gpt2", "--strategy", "ps-async", "--workers", "1,6", "--bandwidth",
+                         "300Mbit", "--iterations", "20", "--json", str(path))
+    assert code == 0, err
+    data = json.loads(path.read_text())
+    (ceiling,) = data["server_link_ceilings"]
+    fine = next(r for r in data["results"] if r["workers"] == 6 and r["method"] == "fine")
+    busy = max(v for k, v in fine["utilization"].items() if k.startswith("server ") and " NIC " in k)
+    assert fine["limited_by"] == "server NIC" and ceiling["workers"] == 6 and ceiling["method"] == "fine"
+    assert ceiling["server_nic_busy"] == pytest.approx(busy) and busy < SERVER_LINK_CEILING_FILL
+    assert ceiling["throughput"] == pytest.approx(fine["throughput"] * SERVER_LINK_CEILING_FILL / busy)
+    assert ceiling["throughput"] > fine["throughput"]
+    assert f"would train {ceiling['throughput']:,.1f} samples/s" in out
+    # sync PS, which fine predicts within a few per cent where a server's link limits: nothing said
+    code, out, err = run(capsys, "predict", "gpt2", "--strategy", "ps-sync", "--workers", "1,6", "--bandwidth",
+                         "300Mbit", "--iterations", "20", "--json", str(path))
+    assert code == 0, err
+    assert json.loads(path.read_text())["server_link_ceilings"] == [] and "would train" not in out

@@ -141,8 +141,9 @@ def range_lines(prediction: Prediction) -> list[str]:
 
 
 def remark_lines(prediction: Prediction) -> list[str]:
-    """One line per worker count where the two methods disagree by more than 10%."""
-    return [f"remark: {d['remark']}" for d in prediction.disagreements()]
+    """One line per worker count where the two methods disagree by more than 10%, and one where a server's
+    NIC limits async PS below the fill runs have reached (`sgdscale.result.server_link_ceilings`)."""
+    return [f"remark: {d['remark']}" for d in prediction.disagreements() + prediction.server_link_ceilings()]
 
 
 def _seconds(value: float) -> str:
