@@ -80,6 +80,17 @@ def lone_push(times: np.ndarray, pushes: np.ndarray, link_Bps: float) -> tuple[f
     return float(rate.sum(axis=0)[moving == 1].mean()), float((moving == 0).mean())
 
 
+SPELL_S = 10.0  # how the pushes' link use moves within a run: over spells this long
+PIPELINED = 0.90  # a spell whose pushes keep the link at least this busy
+
+
+def spells(times: np.ndarray, pushes: np.ndarray, link_Bps: float) -> list[float]:
+    """The pushes' link use over each whole `SPELL_S` spell of the run's middle."""
+    edges = np.arange(times[0], times[-1], SPELL_S)
+    total = np.interp(edges, times, pushes.sum(axis=0))
+    return (np.diff(total) / SPELL_S / link_Bps).tolist()
+
+
 def run_summary(name: str, workers: int, link_Bps: float) -> dict:
     """One kept run's figures, from its samples and measurement."""
     folder = HERE / "results" / f"shard_flows-{name}"
@@ -92,7 +103,7 @@ def run_summary(name: str, workers: int, link_Bps: float) -> dict:
     measurement = json.loads((folder / "measurement.json").read_text())
     alone, idle = lone_push(times, pushes, link_Bps)
     return {"name": name, "throughput": measurement["throughput"], "push_use": link_use(pushes, times, link_Bps),
-            "lone_push_share": alone, "no_push_time": idle,
+            "lone_push_share": alone, "no_push_time": idle, "spells": spells(times, pushes, link_Bps),
             "pull_use": link_use(pulls, times, link_Bps),
             "push_capacity": [r["capacity"] for r in push], "push_rtt_s": [r["rtt_s"] for r in push],
             "push_ssthresh_bytes": thresholds,
@@ -138,11 +149,13 @@ def main(argv: list[str]) -> int:
              "capacity: its window over its round trip while it sends, as a share of the link (median over time; "
              "here the median over the workers, and their sum: what the pushes could move if all sent at once). "
              "Slow-start threshold: where its first loss left the window's growth, the median over the workers.",
-             "A lone push: the share of the link one push moves in the 20 ms windows where no other moves.", "",
-             "| case | run | samples/s | fine | fine's error | link use, pushes / pulls (fine) | a lone push's share "
-             "of the link | time with no push moving | push flows' capacity, median (sum) | push round trip "
-             "(median) | pushes' slow-start threshold (median) |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "A lone push: the share of the link one push moves in the 20 ms windows where no other moves. "
+             f"Spells: the pushes' link use over each whole {SPELL_S:g} s of the middle; how many were at least "
+             f"{PIPELINED:.0%} busy, and their median.", "",
+             "| case | run | samples/s | fine | fine's error | link use, pushes / pulls (fine) | "
+             f"{SPELL_S:g} s spells at {PIPELINED:.0%}+ | a lone push's share of the link | time with no push moving | push flows' "
+             "capacity, median (sum) | push round trip (median) | pushes' slow-start threshold (median) |",
+             "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"]
     pooled = []
     for case in CASES:
         network, _, _, train = CASES[case]
@@ -160,7 +173,10 @@ def main(argv: list[str]) -> int:
                          else f"none in {len(r['push_ssthresh_bytes']) - len(thresholds)} of {len(r['push_ssthresh_bytes'])}")
             lines.append(f"| {case} | {name.rsplit('-', 1)[1]} | {r['throughput']:.1f} | {fine:.1f} | "
                          f"{fine / r['throughput'] - 1:+.1%} | {r['push_use']:.0%} / {r['pull_use']:.0%} "
-                         f"({fine_push:.0%} / {fine_pull:.0%}) | {r['lone_push_share']:.2f} | {r['no_push_time']:.0%} | "
+                         f"({fine_push:.0%} / {fine_pull:.0%}) | "
+                         + (f"{np.mean(np.array(r['spells']) >= PIPELINED):.0%} of {len(r['spells'])}, median "
+                            f"{np.median(r['spells']):.0%}" if r["spells"] else "-")
+                         + f" | {r['lone_push_share']:.2f} | {r['no_push_time']:.0%} | "
                          f"{statistics.median(r['push_capacity']):.2f} "
                          f"({sum(r['push_capacity']):.2f}) | {statistics.median(r['push_rtt_s']) * 1e3:.0f} ms | {threshold} |")
             pooled.append((r["throughput"], statistics.median(r["push_capacity"]), sum(r["push_capacity"]), case))
