@@ -32,8 +32,6 @@ import json
 import sys
 from unittest import mock
 
-import numpy as np
-
 import shard_flows
 from ps_compute_parts import parts_of
 from repredict_sets import HERE
@@ -94,10 +92,6 @@ def full_rate_pushes():
     return mock.patch.object(fine_ps, "receive_share_while_sending", lambda sync: 1.0)
 
 
-def link_use(times: np.ndarray, cumulative: np.ndarray, link_Bps: float) -> float:
-    return float((cumulative[:, -1] - cumulative[:, 0]).sum() / (times[-1] - times[0]) / link_Bps)
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="async_fill_variants")
@@ -123,7 +117,8 @@ def main(argv: list[str]) -> int:
         measured = measurement["throughput"]
         replay = measurement["config"].get("workload") == "replay"
         factors = (1.0, 1.0) if replay else runs_compute(measurement, load_profile(str(HERE / "results" / profile_path)))
-        run = (f"{measured:.1f}/s, link {link_use(times, pushes, link_Bps):.0%} / {link_use(times, pulls, link_Bps):.0%}"
+        run = (f"{measured:.1f}/s, link {shard_flows.link_use(times, pushes, link_Bps):.0%} / "
+               f"{shard_flows.link_use(times, pulls, link_Bps):.0%}"
                + ("" if replay else f"; forward x{factors[0]:.2f}, backward x{factors[1]:.2f}"))
         for label, turns, full_rate, compute in variants:
             if compute and replay:
@@ -140,7 +135,7 @@ def main(argv: list[str]) -> int:
                                                                 str(HERE / "results" / network), workers, rate_bps,
                                                                 "ps-async", 5.0, 0.002, replay)
             lines.append(f"| {name} | {run} | {label} | {throughput:.1f} | {throughput / measured - 1:+.1%} | "
-                         f"{link_use(t, pu, link_Bps):.0%} / {link_use(t, pl, link_Bps):.0%} |")
+                         f"{shard_flows.link_use(t, pu, link_Bps):.0%} / {shard_flows.link_use(t, pl, link_Bps):.0%} |")
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     (HERE / "results" / f"{args.output}.md").write_text(text)

@@ -67,15 +67,10 @@ DEFAULT_CASES = ("bert-replay-w4", "resnet50-replay-w4", "gpt2-real-w5")
 SKIP_S = 5.0
 
 
-def link_use(cumulative: np.ndarray, times: np.ndarray, link_Bps: float) -> float:
-    return float((cumulative[:, -1] - cumulative[:, 0]).sum() / (times[-1] - times[0]) / link_Bps)
-
-
 def lone_push(times: np.ndarray, pushes: np.ndarray, link_Bps: float) -> tuple[float, float]:
     """(share of the link one push moves while no other moves, share of the time no push moves), over
     `shard_flows`' 20 ms windows."""
-    grid = np.arange(times[0], times[-1], shard_flows.WINDOW_S)
-    rate = np.diff(np.array([np.interp(grid, times, c) for c in pushes]), axis=1) / shard_flows.WINDOW_S / link_Bps
+    rate = shard_flows.window_rates(times, pushes, link_Bps)
     moving = (rate > shard_flows.MOVING).sum(axis=0)
     return float(rate.sum(axis=0)[moving == 1].mean()), float((moving == 0).mean())
 
@@ -86,9 +81,7 @@ PIPELINED = 0.90  # a spell whose pushes keep the link at least this busy
 
 def spells(times: np.ndarray, pushes: np.ndarray, link_Bps: float) -> list[float]:
     """The pushes' link use over each whole `SPELL_S` spell of the run's middle."""
-    edges = np.arange(times[0], times[-1], SPELL_S)
-    total = np.interp(edges, times, pushes.sum(axis=0))
-    return (np.diff(total) / SPELL_S / link_Bps).tolist()
+    return shard_flows.window_rates(times, pushes, link_Bps, SPELL_S).sum(axis=0).tolist()
 
 
 def run_summary(name: str, workers: int, link_Bps: float) -> dict:
@@ -102,9 +95,9 @@ def run_summary(name: str, workers: int, link_Bps: float) -> dict:
     thresholds = [r["ssthresh_bytes"] for r in push]
     measurement = json.loads((folder / "measurement.json").read_text())
     alone, idle = lone_push(times, pushes, link_Bps)
-    return {"name": name, "throughput": measurement["throughput"], "push_use": link_use(pushes, times, link_Bps),
+    return {"name": name, "throughput": measurement["throughput"], "push_use": shard_flows.link_use(times, pushes, link_Bps),
             "lone_push_share": alone, "no_push_time": idle, "spells": spells(times, pushes, link_Bps),
-            "pull_use": link_use(pulls, times, link_Bps),
+            "pull_use": shard_flows.link_use(times, pulls, link_Bps),
             "push_capacity": [r["capacity"] for r in push], "push_rtt_s": [r["rtt_s"] for r in push],
             "push_ssthresh_bytes": thresholds,
             "pull_capacity": [r["capacity"] for r in rows if r["direction"] == "pull"]}
@@ -117,7 +110,7 @@ def fine_of(case: str, workers: int, link_Bps: float) -> tuple[float, float, flo
     times, pulls, pushes, throughput = shard_flows.fine_series(
         str(HERE / profile), str(HERE / network), workers, parse_bandwidth_bps(bandwidth),
         train[train.index("--strategy") + 1], SKIP_S, 0.002, replay="--replay" in train)
-    return throughput, link_use(pushes, times, link_Bps), link_use(pulls, times, link_Bps)
+    return throughput, shard_flows.link_use(times, pushes, link_Bps), shard_flows.link_use(times, pulls, link_Bps)
 
 
 def main(argv: list[str]) -> int:

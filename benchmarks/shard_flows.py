@@ -422,11 +422,20 @@ def direction_report(name: str, times: np.ndarray, cumulative: np.ndarray, link_
             f"{len(spans)} | {q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f}), {len(earlier)} pairs |"]
 
 
+def link_use(times: np.ndarray, cumulative: np.ndarray, link_Bps: float) -> float:
+    """What the connections (cumulative[w, t] bytes) moved together over the link's rate, from first to last sample."""
+    return float((cumulative[:, -1] - cumulative[:, 0]).sum() / (times[-1] - times[0]) / link_Bps)
+
+
+def window_rates(times: np.ndarray, cumulative: np.ndarray, link_Bps: float, window_s: float = WINDOW_S) -> np.ndarray:
+    """Each connection's rate (share of the link) over consecutive whole `window_s` windows: rates[w, k]."""
+    grid = np.arange(times[0], times[-1], window_s)
+    return np.diff(np.array([np.interp(grid, times, c) for c in cumulative]), axis=1) / window_s / link_Bps
+
+
 def coupling(times: np.ndarray, these: np.ndarray, other: np.ndarray, link_Bps: float) -> str:
     """`these` direction's total rate (share of the link) and movers, by how many of the `other` move."""
-    grid = np.arange(times[0], times[-1], WINDOW_S)
-    rate = [np.diff(np.array([np.interp(grid, times, c) for c in cumulative]), axis=1) / WINDOW_S / link_Bps
-            for cumulative in (these, other)]
+    rate = [window_rates(times, cumulative, link_Bps) for cumulative in (these, other)]
     moving = [(r > MOVING).sum(axis=0) for r in rate]
     cells = []
     for k in range(4):

@@ -169,15 +169,17 @@ def server_link_ceilings(results: list[Result], strategy_kind: str,
                          fill: float = SERVER_LINK_CEILING_FILL) -> list[dict[str, Any]]:
     """Per worker count where a server NIC limits async PS (the fine result where there is one): the
     throughput at which its busiest server NIC would be `fill` busy, with a remark saying so."""
+    from sgdscale.bottleneck import LEVEL_SERVER_NIC, level_of  # it imports this module
+
     if strategy_kind != "ps-async":
         return []
     chosen: dict[int, Result] = {}
     for r in results:
-        if r.limited_by == "server NIC" and (r.workers not in chosen or r.method == "fine"):
+        if r.limited_by == LEVEL_SERVER_NIC and (r.workers not in chosen or r.method == "fine"):
             chosen[r.workers] = r
     out = []
     for workers, r in sorted(chosen.items()):
-        busy = max((v for k, v in r.utilization.items() if k.startswith("server ") and " NIC " in k), default=0.0)
+        busy = max((v for k, v in r.utilization.items() if level_of(k) == LEVEL_SERVER_NIC), default=0.0)
         if not 0 < busy < fill:
             continue
         ceiling = r.throughput * fill / busy
