@@ -50,8 +50,8 @@ def main(argv: list[str]) -> int:
              "server NIC limits. Position: where the runs' median sits from fine (0) to the ceiling (1).", "",
              "| set | case | runs (samples/s) | fine (median) | server NIC busy (fine) | ceiling | runs over it | position |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
-    stated, over, runs_total, positions = 0, 0, 0, []
-    by_shards: dict[str, list[int]] = {}
+    positions = []
+    by_shards: dict[str, list[int]] = {}  # shards -> [cases, runs, runs over the ceiling]
     for set_name, validator, case, runs, measured in kept_cases(held_out_sets(args.sets), {"ps-async"}):
         results = [fine_result(validator, case, run.get("round", 0)) for run in runs]
         fine = statistics.median(r.throughput for r in results)
@@ -65,18 +65,15 @@ def main(argv: list[str]) -> int:
         busy = statistics.median(c["server_nic_busy"] for c in ceilings)
         crossed = sum(v > ceiling for v in values)
         position = (measured - fine) / (ceiling - fine)
-        stated += 1
-        over += crossed
-        runs_total += len(values)
         positions.append(position)
         tally = by_shards.setdefault(shards, [0, 0, 0])
-        tally[0] += 1
-        tally[1] += len(values)
-        tally[2] += crossed
+        for k, n in enumerate((1, len(values), crossed)):
+            tally[k] += n
         lines.append(f"| {set_name} | {case.key} | {', '.join(f'{v:.1f}' for v in values)} | {fine:.1f} | {busy:.0%} | "
                      f"{ceiling:.1f} | {crossed} of {len(values)} | {position:+.2f} |")
         print(lines[-1], flush=True)
     if positions:
+        stated, runs_total, over = (sum(t[k] for t in by_shards.values()) for k in range(3))
         lines += ["", f"Stated for {stated} cases: {over} of their {runs_total} runs over the ceiling; the runs' median "
                   f"from fine to the ceiling: median position {statistics.median(positions):+.2f} "
                   f"(range {min(positions):+.2f} to {max(positions):+.2f}; negative: the runs slower than fine). "
