@@ -119,7 +119,10 @@ def test_step_at_least_critical_path_and_comm_stream_busy_time(profile, workers,
     b = outcome.breakdown
     if not variability:
         assert np.all(outcome.iteration_s >= profile.compute_s * (1 - 1e-9))
-    assert mean >= b.compute_s * (1 - 1e-6)
+    if groups:  # with no gradient nothing makes the workers wait for each other: over a few steps the
+        # latest one's progress (the cluster's step) can fall below their mean compute (found by hypothesis:
+        # one parameter-less layer, 2 workers, variability on: 62.5 ms against 64.1 ms)
+        assert mean >= b.compute_s * (1 - 1e-6)
     assert b.compute_s + b.exposed_comm_s + b.wait_s == pytest.approx(mean, rel=1e-6)
     assert 0 <= outcome.utilization["worker NIC out"] <= 1 + 1e-9
     assert 0 < outcome.utilization["worker compute"] <= 1 + 1e-6
