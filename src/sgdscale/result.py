@@ -157,7 +157,8 @@ def disagreements(results: list[Result], threshold: float = DISAGREEMENT) -> lis
 
 # Where a server's link limits async PS, fine keeps it 76-80% busy, and was 12-20% too slow on the runs
 # that filled it more: the kept one-shard runs on the emulated cluster kept it 76-96% busy each way
-# (benchmarks/results/push_window.md, shard_flows-*.md), set 78's resnet50 replay about 98%. What the
+# (benchmarks/results/push_window.md, shard_flows-*.md); over every kept async PS run, up to 99%
+# (fine's busy fraction times the run's speed over fine's: benchmarks/results/server_link_ceiling.md). What the
 # runs do that fine does not is not known, so a prediction does not move its number; it says what the
 # cluster would do with that link busy all the time (this fill), the most to expect
 # (benchmarks/server_link_ceiling.py: none of the 461 kept runs of the 153 async PS cases where it is
@@ -186,7 +187,7 @@ def server_link_ceilings(results: list[Result], strategy_kind: str,
         out.append({
             "workers": workers, "method": r.method, "server_nic_busy": busy, "fill": fill, "throughput": ceiling,
             "remark": (f"at {workers} workers a server's NIC limits async PS and {r.method} keeps it {busy:.0%} "
-                       f"busy, where real async runs have kept such a link up to 98% busy; {fill:.0%} busy it "
+                       f"busy, where real async runs have kept such a link up to 99% busy; {fill:.0%} busy it "
                        f"would train {ceiling:,.1f} samples/s: take that as the most to expect (README, "
                        "'The same cases again')"),
         })
