@@ -28,6 +28,8 @@ ABLATIONS = {
     "no shard CPU per byte": {"server_cpu_s_per_byte": 0.0},
     "no CPU per message": {"server_cpu_s_per_message": 0.0, "worker_cpu_s_per_message": 0.0},
     "no shard CPU per message": {"server_cpu_s_per_message": 0.0},
+    "no worker CPU per message": {"worker_cpu_s_per_message": 0.0, "worker_cpu_s_per_wakeup": 0.0},
+    "no wake-up (burst CPU per message only)": {"worker_cpu_s_per_wakeup": 0.0},
     "no interference": {"interference": None},
     "no CPU charge at all": {"server_cpu_s_per_byte": 0.0, "server_cpu_s_per_message": 0.0,
                              "worker_cpu_s_per_message": 0.0, "interference": None},
