@@ -7,7 +7,8 @@ compute (forward less those waits), backward, and the wait for the previous step
 leave. A part the prediction misses shows where the model and the run part ways.
 
     .venv/bin/python benchmarks/step_parts.py --tag NAME --profile P.json --network N.json
-        --bandwidth-mbit 1700 --quota 0.43 --strategy ps-async [--workers 2] -- TRAIN ARGS (e.g. resnet18 -b 4 --image-size 32)
+        --bandwidth-mbit 1700 --quota 0.43 --strategy ps-async [--workers 2] [--report-only] -- TRAIN ARGS
+        (e.g. resnet18 -b 4 --image-size 32; --report-only: report again from the kept trace of --tag)
 Raw output: benchmarks/results/step_parts/NAME.md and NAME.trace.json.gz (open in ui.perfetto.dev).
 """
 
@@ -49,6 +50,39 @@ def parts(trace: dict, process: str) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in per_step.items()}
 
 
+def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None:
+    """Sync PS, one shard: median per step (ms) of how far apart the workers' backward ends lie, and of
+    when shard 0's first update starts after the first of them and its last update ends after the last
+    (steps 5 on); None where the shard has no update events."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    spans = [e for e in events if e.get("ph") == "X"]
+
+    def of(process: str, prefix: str) -> list[tuple[float, float]]:
+        return sorted((e["ts"], e["ts"] + e["dur"]) for e in spans
+                      if names.get(e["pid"]) == process and e["name"].startswith(prefix))
+
+    updates = of(f"server 0 · {side}", "update")
+    if not updates:
+        return None
+    backward_ends = []  # per worker, the end of each step's backward
+    for w in range(workers):
+        backward = of(f"worker {w} · {side}", "backward")
+        backward_ends.append([max(b for a, b in backward if start <= a < end)
+                              for start, end in of(f"worker {w} · {side}", "iteration")
+                              if any(start <= a < end for a, _ in backward)])
+    per_step = len(updates) // len(backward_ends[0])
+    rows = defaultdict(list)
+    for k in range(5, min(len(e) for e in backward_ends) - 2):
+        first, last = updates[k * per_step][0], updates[(k + 1) * per_step - 1][1]
+        ends = [max(b for b in mine if b <= last) for mine in backward_ends]
+        rows["workers' backward ends, first to last"].append((max(ends) - min(ends)) / 1e3)
+        rows["shard's first update after the first backward end"].append((first - min(ends)) / 1e3)
+        rows["shard's last update after the last backward end"].append((last - max(ends)) / 1e3)
+        rows["shard's first to last update"].append((last - first) / 1e3)
+    return {name: statistics.median(values) for name, values in rows.items()}
+
+
 def main(argv: list[str]) -> int:
     args, train_args = trace_compare_case.parse(argv, __doc__.splitlines()[0], 45)
     throughput, trace = trace_compare_case.run(args, train_args, OUT / args.tag)
@@ -59,6 +93,12 @@ def main(argv: list[str]) -> int:
              "| part | measured (ms) | predicted (ms) |", "|---|---:|---:|"]
     for name in measured:
         lines.append(f"| {name} | {measured[name]:.1f} | {predicted.get(name, 0.0):.1f} |")
+    if args.strategy == "ps-sync" and args.ps == 1:
+        shard = {side: shard_parts(trace, side, args.workers) for side in ("measured", "predicted")}
+        if shard["measured"] and shard["predicted"]:
+            lines += ["", "The shard's side of a step (sync PS; median per step from step 5, ms):", "",
+                      "| part | measured (ms) | predicted (ms) |", "|---|---:|---:|"]
+            lines += [f"| {name} | {value:.1f} | {shard['predicted'][name]:.1f} |" for name, value in shard["measured"].items()]
     text = "\n".join(lines) + "\n"
     print(text)
     (OUT / f"{args.tag}.md").write_text(text)

@@ -34,6 +34,8 @@ def parse(argv: list[str], description: str, default_iterations: int,
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ps", type=int, default=1, help="server shards of the PS strategies")
     parser.add_argument("--iterations", type=int, default=default_iterations)
+    parser.add_argument("--report-only", action="store_true",
+                        help="read the trace and measurement kept by an earlier run of the same --tag instead of training")
     if strategy is None:
         parser.add_argument("--strategy", default="ps-async")
     args = parser.parse_args(argv[:split])
@@ -43,7 +45,13 @@ def parse(argv: list[str], description: str, default_iterations: int,
 
 
 def run(args: argparse.Namespace, train_args: list[str], out_stem: Path) -> tuple[float, dict]:
-    """Train the case with the trace comparison; keep the trace; (measured samples/s, the trace)."""
+    """Train the case with the trace comparison; keep the trace; (measured samples/s, the trace). With
+    `--report-only`, the kept ones instead."""
+    if getattr(args, "report_only", False):
+        with gzip.open(f"{out_stem}.measurement.json.gz", "rt") as f:
+            throughput = json.load(f)["throughput"]
+        with gzip.open(f"{out_stem}.trace.json.gz", "rt") as f:
+            return throughput, json.load(f)
     out_stem.parent.mkdir(parents=True, exist_ok=True)
     ps = ["--ps", str(args.ps)] if args.strategy.startswith("ps") else []
     with tempfile.TemporaryDirectory() as tmp:
