@@ -4,11 +4,14 @@ Re-predicts kept runs of a validation set with the set's network file, then with
 replaced at a time: no compute-communication interference, no server CPU cost per byte, the
 nominal point-to-point alpha-beta (20 us, the nominal bandwidth) instead of the fitted one, no
 measured bucket-copy rate, no CPU per message (workers' and shards', with the wake-up), no spread of
-the link-sharing weights, no replay of the nodes' CPU quota. A part whose removal moves the error most is where to look first.
+the link-sharing weights, the nominal newcomer weight instead of the file's, no replay of the nodes'
+CPU quota. A part whose removal moves the error most is where to look first. `--method coarse` does
+the same for the coarse method.
 First run on held-out set 27, whose real mlp cases were all predicted 9-22% too slow from the
 network file and within 0-12% from nominal figures. Measurements are untouched; nothing is rerun.
 
-    .venv/bin/python benchmarks/network_parts.py [--sets heldout27] [--prefix mlp] [--output network_parts_heldout27]
+    .venv/bin/python benchmarks/network_parts.py [--sets heldout27] [--prefix mlp] [--method fine|coarse]
+        [--output network_parts_heldout27]
 
 Raw output: benchmarks/results/<output>.md.
 """

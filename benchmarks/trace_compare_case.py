@@ -47,7 +47,7 @@ def parse(argv: list[str], description: str, default_iterations: int,
 def run(args: argparse.Namespace, train_args: list[str], out_stem: Path) -> tuple[float, dict]:
     """Train the case with the trace comparison; keep the trace; (measured samples/s, the trace). With
     `--report-only`, the kept ones instead."""
-    if getattr(args, "report_only", False):
+    if args.report_only:
         with gzip.open(f"{out_stem}.measurement.json.gz", "rt") as f:
             throughput = json.load(f)["throughput"]
         with gzip.open(f"{out_stem}.trace.json.gz", "rt") as f:
