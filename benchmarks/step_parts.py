@@ -51,9 +51,11 @@ def parts(trace: dict, process: str) -> dict[str, float]:
 
 
 def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None:
-    """Sync PS, one shard: median per step (ms) of how far apart the workers' backward ends lie, and of
+    """Sync PS, one shard: median per step (ms) of how far apart the workers' backward ends lie, of
     when shard 0's first update starts after the first of them and its last update ends after the last
-    (steps 5 on); None where the shard has no update events."""
+    (steps 5 on), and of when the step's last push is in: measured, the end of the shard's last wait
+    for a worker's gradient; predicted, the end of the last push transfer. None where the shard has no
+    update events."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
     spans = [e for e in events if e.get("ph") == "X"]
@@ -65,6 +67,8 @@ def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None
     updates = of(f"server 0 · {side}", "update")
     if not updates:
         return None
+    pushes_in = (of("server 0 · measured", "wait") if side == "measured"
+                 else sorted(p for w in range(workers) for p in of(f"worker {w} · predicted", "push")))
     backward_ends = []  # per worker, the end of each step's backward
     for w in range(workers):
         backward = of(f"worker {w} · {side}", "backward")
@@ -80,6 +84,9 @@ def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None
         rows["shard's first update after the first backward end"].append((first - min(ends)) / 1e3)
         rows["shard's last update after the last backward end"].append((last - max(ends)) / 1e3)
         rows["shard's first to last update"].append((last - first) / 1e3)
+        last_in = max(b for a, b in pushes_in if first - 1e6 <= a and b <= last)  # within a second before
+        rows["the step's last push in, after the last backward end"].append((last_in - max(ends)) / 1e3)
+        rows["the shard's last update end, after the last push in"].append((last - last_in) / 1e3)
     return {name: statistics.median(values) for name, values in rows.items()}
 
 
