@@ -28,14 +28,13 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from unittest import mock
-
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import push_window  # noqa: E402  (sibling benchmarks)
 import shard_flows  # noqa: E402
+from async_fill_variants import full_rate_pushes  # noqa: E402
 
 FULL = 0.85  # a direction is full when its connections move at least this share of the link's payload rate
 STATES = ("both full", "pushes, no replies", "replies, no push", "both, not full", "idle")
@@ -66,11 +65,6 @@ def states(times: np.ndarray, pulls: np.ndarray, pushes: np.ndarray, link_Bps: f
     out["push_use"] = shard_flows.link_use(times, pushes, link_Bps)
     out["pull_use"] = shard_flows.link_use(times, pulls, link_Bps)
     return out
-
-
-def full_rate_pushes():
-    import sgdscale.fine.ps as fine_ps
-    return mock.patch.object(fine_ps, "receive_share_while_sending", lambda sync: 1.0)
 
 
 def row(case: str, label: str, throughput: float, error: str, s: dict) -> str:

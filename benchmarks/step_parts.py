@@ -25,12 +25,20 @@ HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "step_parts"
 
 
+def spans_by_process(trace: dict) -> dict[str, list[dict]]:
+    """The trace's complete events ("X") per process name ("worker 0 · measured", "server 0 · predicted", ...)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    out: dict[str, list[dict]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e["pid"] in names:
+            out[names[e["pid"]]].append(e)
+    return out
+
+
 def parts(trace: dict, process: str) -> dict[str, float]:
     """Median per step (ms) of each part of `process`'s steps (steps 3 on)."""
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    pids = {e["pid"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"
-            and e["args"]["name"] == process}
-    mine = [e for e in events if e.get("ph") == "X" and e["pid"] in pids]
+    mine = spans_by_process(trace)[process]
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in mine if e["name"].startswith("iteration "))[3:]
     per_step: dict[str, list[float]] = defaultdict(list)
     for start, end in spans:
@@ -56,13 +64,10 @@ def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None
     (steps 5 on), and of when the step's last push is in: measured, the end of the shard's last wait
     for a worker's gradient; predicted, the end of the last push transfer. None where the shard has no
     update events."""
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    spans = [e for e in events if e.get("ph") == "X"]
+    by_process = spans_by_process(trace)
 
     def of(process: str, prefix: str) -> list[tuple[float, float]]:
-        return sorted((e["ts"], e["ts"] + e["dur"]) for e in spans
-                      if names.get(e["pid"]) == process and e["name"].startswith(prefix))
+        return sorted((e["ts"], e["ts"] + e["dur"]) for e in by_process[process] if e["name"].startswith(prefix))
 
     updates = of(f"server 0 · {side}", "update")
     if not updates:

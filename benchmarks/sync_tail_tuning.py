@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import sys
 
+from async_fill_variants import full_rate_pushes
 from ps_cpu_ablation import without
 from repredict_sets import HERE, variant_table
 
@@ -28,16 +29,9 @@ SHARD_CPU = {"server_cpu_s_per_byte": 0.0, "server_cpu_s_per_message": 0.0}
 DEFAULT_SETS = ",".join(f"heldout{n}" for n in range(40, 83))
 
 
-def full_duplex():
-    from unittest import mock
-
-    import sgdscale.fine.ps as fine_ps
-    return mock.patch.object(fine_ps, "receive_share_while_sending", lambda sync: 1.0)
-
-
 def both():
     stack = contextlib.ExitStack()
-    stack.enter_context(full_duplex())
+    stack.enter_context(full_rate_pushes())
     stack.enter_context(without(SHARD_CPU)())
     return stack
 
@@ -50,7 +44,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     sets = [name for name in args.sets.split(",") if (HERE / "results" / f"accuracy-{name}" / "results.json").exists()]
     variants = [("as the model stands", "as the model stands", contextlib.nullcontext),
-                ("duplex share 1.0", "duplex share 1.0", full_duplex),
+                ("duplex share 1.0", "duplex share 1.0", full_rate_pushes),
                 ("no shard CPU", "no shard CPU", without(SHARD_CPU)),
                 ("both", "duplex share 1.0 and no shard CPU", both)]
     text = variant_table(argv, "sync_tail_tuning.py", "The tail of a real sync PS step in fine (tuning look)",
