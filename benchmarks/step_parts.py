@@ -58,12 +58,21 @@ def parts(trace: dict, process: str) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in per_step.items()}
 
 
+def parameters_in(iterations: list[tuple[float, float]], waits: list[tuple[float, float]], backward_end: float) -> float:
+    """When a worker had its next step's parameters in hand: the end of the last wait for parameters
+    (over 0.2 ms) in the step after `backward_end`, or that step's start where it did not wait."""
+    start, end = next((a, b) for a, b in iterations if a >= backward_end - 1e3)
+    return max([b for a, b in waits if start <= a < end and b - a > 200], default=start)
+
+
 def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None:
     """Sync PS, one shard: median per step (ms) of how far apart the workers' backward ends lie, of
     when shard 0's first update starts after the first of them and its last update ends after the last
     (steps 5 on), and of when the step's last push is in: measured, the end of the shard's last wait
-    for a worker's gradient; predicted, the end of the last push transfer. None where the shard has no
-    update events."""
+    for a worker's gradient; predicted, the end of the last push transfer. Then, worker by worker in
+    order, how far its backward end lies after the first, and when it had the next step's parameters
+    in hand after the shard's last update ended (`parameters_in`). None where the shard has no update
+    events."""
     by_process = spans_by_process(trace)
 
     def of(process: str, prefix: str) -> list[tuple[float, float]]:
@@ -80,6 +89,8 @@ def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None
         backward_ends.append([max(b for a, b in backward if start <= a < end)
                               for start, end in of(f"worker {w} · {side}", "iteration")
                               if any(start <= a < end for a, _ in backward)])
+    iterations = [of(f"worker {w} · {side}", "iteration") for w in range(workers)]
+    waits = [of(f"worker {w} · {side}", "wait for parameters") for w in range(workers)]
     per_step = len(updates) // len(backward_ends[0])
     rows = defaultdict(list)
     for k in range(5, min(len(e) for e in backward_ends) - 2):
@@ -92,6 +103,12 @@ def shard_parts(trace: dict, side: str, workers: int) -> dict[str, float] | None
         last_in = max(b for a, b in pushes_in if first - 1e6 <= a and b <= last)  # within a second before
         rows["the step's last push in, after the last backward end"].append((last_in - max(ends)) / 1e3)
         rows["the shard's last update end, after the last push in"].append((last - last_in) / 1e3)
+        for rank, end in enumerate(sorted(ends)[1:], start=2):
+            rows[f"worker {rank} of {workers} by backward end, after the first"].append((end - min(ends)) / 1e3)
+        in_hand = sorted(parameters_in(iterations[w], waits[w], ends[w]) for w in range(workers))
+        for rank, done in enumerate(in_hand, start=1):
+            rows[f"worker {rank} of {workers} by parameters in, after the shard's last update end"].append(
+                (done - last) / 1e3)
     return {name: statistics.median(values) for name, values in rows.items()}
 
 
