@@ -78,10 +78,10 @@ TARGETS = {"fine": (0.03, 0.08), "coarse": (0.06, None)}  # (median, max) of the
 # - set 80 (sync and async PS, real compute, one and two shards, 3-5 workers): no predictor change since set 78.
 CURRENT = {
     "allreduce": {"sets": (61, 62, 64, 65, 72, 73, 74), "nominal_from": 61, "budget_from": 61, "real_fine_except": (73,)},
-    "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 68, 70, 71, 75, 76, 77, 78, 79, 80, 82),
+    "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 68, 70, 71, 75, 76, 77, 78, 79, 80, 82, 83),
                 "nominal_from": 44, "budget_from": 48, "budget_except": (49,), "coarse_except": (64, 68, 70, 71, 75, 76),
                 "fine_from": 78},
-    "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 66, 67, 68, 69, 70, 78, 79, 80, 81),
+    "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 66, 67, 68, 69, 70, 78, 79, 80, 81, 83),
                  "nominal_from": 44, "budget_from": 48, "budget_except": (49,), "coarse_from": 66, "coarse_except": (68,),
                  "fine_from": 78},
 }
