@@ -12,11 +12,12 @@ arrived (RECEIVE_ON_ARRIVAL); `receive`, charged while it arrives, overlapping i
 CPU per message in series (fine_dag.MESSAGE_CPU_OVERLAPS off: held out on set 75, not kept; the others
 overlap the message's CPU too where they overlap); `duplex`, `bytes` with a shard's pushes at 0.86 of its
 downlink while its uplink sends (sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING: the change held out on
-set 78). Every variant but `duplex` keeps the directions independent. This re-predicts every kept PS run
-of the named sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
+set 78); `duplex-message`, `duplex` with each copy's CPU per message charged as it arrives too. Every
+variant but the last two keeps the directions independent. This re-predicts every kept PS run of the
+named sets under each; nothing is rerun. Every set named here is a tuning set for any of them.
 
     .venv/bin/python benchmarks/receive_overlap_tuning.py [--sets heldout10,...] [--kind real|replay]
-        [--strategies ps-sync] [--variants series,arrival,receive,both,bytes,duplex] [--output NAME]
+        [--strategies ps-sync] [--variants series,arrival,receive,both,bytes,duplex,duplex-message] [--output NAME]
 
 Raw output: benchmarks/results/receive_overlap_tuning.md (or --output NAME).
 """
@@ -58,6 +59,9 @@ VARIANTS = {
     "duplex": ("the bytes' CPU beside the wire, a shard's pushes at 0.86 of its downlink while it replies "
                "(held out on set 78)", "bytes overlap, duplex 0.86", rules(False, True, True, message=False,
                                                                               duplex=0.86)),
+    "duplex-message": ("as `duplex` (the model since set 78), and each copy's CPU per message as it arrives "
+                       "(fine_dag.MESSAGE_CPU_OVERLAPS on; set 82's trace: 9 ms of the last update)",
+                       "duplex, message on arrival", rules(False, True, True, message=True, duplex=0.86)),
 }
 
 
