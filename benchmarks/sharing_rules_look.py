@@ -20,40 +20,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import sys
 from unittest import mock
 
+from ps_cpu_ablation import without
 from repredict_sets import HERE, variant_table
 
 from sgdscale.validation import Validator
 
-CASE_INPUTS = Validator.case_inputs
+
+def mean_compute():
+    """Every case predicted with the profile's mean compute at every step (variability off)."""
+    original = Validator.case_inputs
+
+    def case_inputs(self, case, *args, **kwargs):
+        return (*original(self, case, *args, **kwargs)[:4], False)
+
+    return mock.patch.object(Validator, "case_inputs", case_inputs)
 
 
-def changed(comm_change=None, variability: bool | None = None):
-    """A context manager factory: every case predicted with its network model changed by
-    `comm_change` and, given, the compute's variability set."""
-    @contextlib.contextmanager
-    def in_place():
-        def case_inputs(self, case, round_index=0, *args, **kwargs):
-            profile, cluster, strategy, comm, varies = CASE_INPUTS(self, case, round_index, *args, **kwargs)
-            return (profile, cluster, strategy, comm_change(comm) if comm_change else comm,
-                    varies if variability is None else variability)
-        with mock.patch.object(Validator, "case_inputs", case_inputs):
-            yield
-    return in_place
-
-
+# The sharing spread at 0 in a file is simulated as the typical one (sharing.simulated_weight_sigma)
+# while the head start holds; with no head start too, sharing is equal.
 VARIANTS = [
     ("as the model stands", "as the model stands", contextlib.nullcontext),
-    ("sharing spread 0.17", "the typical sharing spread (0.17)",
-     changed(lambda comm: dataclasses.replace(comm, share_weight_sigma=0.0))),
-    ("no head start", "no head start (newcomer weight 1.0)",
-     changed(lambda comm: dataclasses.replace(comm, newcomer_share_weight=1.0))),
-    ("equal sharing", "equal sharing (both)",
-     changed(lambda comm: dataclasses.replace(comm, newcomer_share_weight=1.0, share_weight_sigma=0.0))),
-    ("mean compute", "every step at the profile's mean compute", changed(variability=False)),
+    ("sharing spread 0.17", "the typical sharing spread (0.17)", without({"share_weight_sigma": 0.0})),
+    ("no head start", "no head start (newcomer weight 1.0)", without({"newcomer_share_weight": 1.0})),
+    ("equal sharing", "equal sharing (both)", without({"newcomer_share_weight": 1.0, "share_weight_sigma": 0.0})),
+    ("mean compute", "every step at the profile's mean compute", mean_compute),
 ]
 
 
