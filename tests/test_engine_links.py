@@ -451,3 +451,72 @@ def test_a_star_network_couples_only_its_hubs():
     net = StarNetwork(EventQueue(), [100e6] * 4, 0.0, shared={1, 2})
     with pytest.raises(ValueError, match="hubs"):
         couple_duplex(net, net, {0: 3}, 0.86)
+
+
+def _watched(net, kind=99):
+    """Give `net` a watch kind and collect (token, time) as its watches fire."""
+    fired = []
+    net.kind_watch = kind
+    net.on_watch = lambda token, t: fired.append((token, t))
+    return fired
+
+
+def _run_with_watches(net, kind=99):
+    """run_network, dispatching the watch events too."""
+    q = net.queue
+    heap = q.heap
+    now = 0.0
+    while True:
+        if net.dirty and (not heap or heap[0][0] > now):
+            net.reallocate(now)
+        if not heap:
+            break
+        now, _, k, a, b = heapq.heappop(heap)
+        if k == net.kind_done:
+            net.on_done(a, b, now)
+        elif k == net.kind_release:
+            net.on_release(a, now)
+        elif k == kind:
+            net.on_watch_event(a, b, now)
+
+
+def test_a_watch_fires_its_lead_before_the_connection_runs_dry():
+    # 100 B at 10 B/s: the last byte leaves at 10 s; a send that completes 2 s before that, at 8 s.
+    net = _net([10.0, 1000.0])
+    fired = _watched(net)
+    c = net.add_connection(0, 1)
+    net.send(c, 100.0, 0.0, 0.0, token=1)
+    net.watch(c, 2.0, "c", 0.0)
+    _run_with_watches(net)
+    assert fired == [("c", pytest.approx(8.0))]
+
+
+def test_a_watch_counts_every_message_queued_and_follows_rate_changes():
+    # Two messages of 50 B on one connection; at 4 s a second connection starts to share the uplink,
+    # halving the first one's rate to 5 B/s: 40 B gone at 4 s, 60 B left, which at 5 B/s leave by
+    # 16 s; with a lead of 2 s the watch fires when 10 B are left, at 14 s.
+    net = _net([10.0, 1000.0, 1000.0])
+    fired = _watched(net)
+    c = net.add_connection(0, 1)
+    other = net.add_connection(0, 2)
+    net.send(c, 50.0, 0.0, 0.0, token=1)
+    net.send(c, 50.0, 0.0, 0.0, token=2)
+    net.watch(c, 2.0, "c", 0.0)
+    net.send(other, 1000.0, 4.0, 0.0, token=3)
+    _run_with_watches(net)
+    assert fired == [("c", pytest.approx(14.0))]
+
+
+def test_a_watch_waits_for_its_message_release_and_fires_at_once_when_already_within():
+    net = _net([10.0, 1000.0])
+    fired = _watched(net)
+    c = net.add_connection(0, 1)
+    net.send(c, 10.0, 5.0, 0.0, token=1)  # released at 5 s, 1 s of line: within a 2 s lead at once
+    net.watch(c, 2.0, "late", 0.0)
+    _run_with_watches(net)
+    assert fired == [("late", pytest.approx(5.0))]
+    idle = _net([10.0, 1000.0])
+    fired = _watched(idle)
+    c = idle.add_connection(0, 1)
+    idle.watch(c, 0.0, "nothing queued", 3.0)
+    assert fired == [("nothing queued", 3.0)]

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from sgdscale.cli import main
+from sgdscale.comm.cost import CommModel
 from sgdscale.comm.network import BenchPoint, load_network
 from sgdscale.errors import UserError
 from sgdscale.runtime import netbench as nb
@@ -78,6 +79,21 @@ def test_outcast_fit_inverts_the_head_start_formula():
     assert nb.outcast_from_results([{"rank": 0, "world_size": 2, "outcast": {}}]) is None
 
 
+def test_send_lead_is_the_acknowledgement_less_the_send_and_its_own_trip():
+    """A 16 MB send completes at 0.10 s and its acknowledgement comes back at 0.15 s; the acknowledgement's
+    own trip is the p2p startup (50 us here), so the send completed 0.04995 s before its bytes were in."""
+    p2p = [BenchPoint(op="p2p", workers=2, bytes=m, samples_s=[50e-6 + 1e-8 * m], median_s=50e-6 + 1e-8 * m)
+           for m in (1_000, 3_000, 10_000, 1_000_000, 16_000_000)]
+    rank0 = {"rank": 0, "world_size": 2, "send_lead": {"bytes": [16_000_000], "sent_s": [0.10, 0.11, 0.10],
+                                                       "acknowledged_s": [0.15, 0.17, 0.14]}}
+    lead = nb.send_lead_from_results([rank0, {"rank": 1, "world_size": 2, "send_lead": {}}], p2p)
+    assert lead.lead_s == pytest.approx(0.05 - 50e-6) and lead.bytes == 16_000_000 and len(lead.sent_s) == 3
+    net = nb.fit_network(p2p, source="synthetic", environment={}, send_lead=lead)
+    assert CommModel.from_network(net).send_lead_s == pytest.approx(0.05 - 50e-6)
+    assert CommModel.from_network(nb.fit_network(p2p, source="synthetic", environment={})).send_lead_s == 0.0
+    assert nb.send_lead_from_results([{"rank": 0, "world_size": 2}], p2p) is None  # not measured (older ranks)
+
+
 def test_points_take_the_slowest_rank_for_allreduce():
     results = [{"rank": r, "world_size": 2, "samples": {"allreduce": {"1000": [1.0 + r, 5.0 - r]},
                                                       "p2p": {"1000": [0.5, 0.7] if r == 0 else [float("nan")] * 2}},
@@ -120,6 +136,8 @@ def test_local_netbench_writes_a_valid_network_file(tmp_path, capsys):
     assert net.bucket_copy is not None and net.bucket_copy.beta_s_per_byte > 0
     # a tiny isend or irecv costs tens of microseconds of CPU here (28 us on a quiet machine)
     assert net.cpu is not None and 2e-6 < net.cpu.message_s < 1e-3 and net.cpu.cores is None
+    # a 1 MB send on loopback completes within a few ms of its acknowledgement
+    assert net.send_lead is not None and net.send_lead.bytes == 1_000_000 and 0.0 <= net.send_lead.lead_s < 0.05
 
 
 @pytest.mark.dist
@@ -242,6 +260,8 @@ def test_emulated_netbench_sees_the_link_rate(tmp_path):
     for alone, first, second, last in zip(fit.alone_s, fit.first_s, fit.second_s, fit.together_second_s):
         assert alone < first <= second and 1.6 * alone < last < 2.6 * alone, fit
     assert 0.0 < fit.newcomer_weight <= 1.0 and 0.0 < fit.first_second_together <= 1.0
+    # the send lead: a 2 MB send (168 ms of line) completes while the shaper still queues part of it
+    assert net.send_lead is not None and 0.0 < net.send_lead.lead_s < 0.168, net.send_lead
     json.loads(out.read_text())  # plain JSON on disk
 
 

@@ -184,7 +184,8 @@ def test_incast_sizes_limit_the_incast_op_only():
     assert nb.op_sizes(config, "incast") == [1000, 2_000_000, 16_000_000]
     config["incast_sizes"] = [2_000_000]
     assert nb.op_sizes(config, "incast") == [2_000_000] and nb.op_sizes(config, "p2p") == [1000, 2_000_000, 16_000_000]
-    assert nb.steps_per_rank(config, 3) == (3 + 1) * (4 + 1)  # 3 p2p sizes, 1 incast size, the message bursts
+    # 3 p2p sizes, 1 incast size, the message bursts, the send lead
+    assert nb.steps_per_rank(config, 3) == (3 + 1) * (4 + 2)
     assert nb.estimate_run_s(config, 3, 1e9) < nb.estimate_run_s({**config, "incast_sizes": None}, 3, 1e9)
 
 

@@ -88,6 +88,10 @@ class CommModel:
     # Wall seconds of a PS worker's budget a message costs on top when it leaves a gap after the
     # previous one (a thread wake-up and cold caches, sgdscale.message_cpu.wakeup_weights; 0: none).
     worker_cpu_s_per_wakeup: float = 0.0
+    # Seconds before its bytes arrive that a point-to-point send completes (gloo's send completes once
+    # its last byte is in the socket; what the sender's socket and the queues on the way hold then):
+    # measured by `sgdscale netbench` (`SendLead`; 0: not measured, a send completes on arrival).
+    send_lead_s: float = 0.0
 
     @classmethod
     def from_link(cls, bandwidth_bps: float, latency_s: float, algorithm: str = "ring",
@@ -114,9 +118,10 @@ class CommModel:
         quota = None
         if cpu is not None and cpu.cores and cpu.cores < 1.0:  # files from before it was recorded: the testbed's
             quota = (float(cpu.cores), float(network.environment.get("cfs_period_s", TESTBED_PERIOD_S)))
+        lead = network.send_lead.lead_s if network.send_lead is not None else 0.0
         return cls(network.p2p, algorithm, gamma_s_per_byte, measured, curves, network,
                    Interference.from_network(network), server_cpu, message_cpu, message_cpu, sigma,
-                   NEWCOMER_SHARE_WEIGHT, copy, quota, wakeup_cpu)
+                   NEWCOMER_SHARE_WEIGHT, copy, quota, wakeup_cpu, lead)
 
     def for_sleeping_workers(self) -> CommModel:
         """The same network as workers whose compute sleeps (a replay's default) meet it: their layers

@@ -161,6 +161,23 @@ class Outcast(BaseModel):
     together_second_s: list[Seconds] = Field(default_factory=list)
 
 
+class SendLead(BaseModel):
+    """How long before its bytes arrive a point-to-point send completes, from `--ops p2p`
+    (`sgdscale.runtime.netbench`): rank 0 sends `bytes` to rank 1, which answers a 4-byte
+    acknowledgement once it has them all; per repeat, the acknowledgement's arrival less the send's
+    completion less the p2p startup (both on rank 0's clock). gloo completes a send once its last byte
+    is in the socket, so this is what the sender's socket and the queues between the nodes still hold
+    then, in seconds. A sync PS shard posts its next step's receives that much before its replies
+    arrive (`sgdscale.fine.ps`). `lead_s` is the median; the raw repeats stay for the record.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    lead_s: Seconds
+    bytes: ByteCount = Field(gt=0)
+    sent_s: list[Seconds] = Field(default_factory=list)  # the send's completion, from its start
+    acknowledged_s: list[Seconds] = Field(default_factory=list)  # the acknowledgement's arrival, from the start
+
+
 class Network(BaseModel):
     """Fitted cost parameters plus the raw points they came from.
 
@@ -174,7 +191,8 @@ class Network(BaseModel):
     `cpu` (optional; files without them load as before) hold the compute/communication
     interference and the CPU cost per byte (sgdscale.comm.interference, docs/interference.md);
     `sharing` (optional too) how unequally concurrent flows share a link (`Sharing`); `outcast` (optional)
-    how flows out of one node share its link (`Outcast`); `bucket_copy` (optional)
+    how flows out of one node share its link (`Outcast`); `send_lead` (optional) how long before its
+    bytes arrive a send completes (`SendLead`); `bucket_copy` (optional)
     the wall time of copying M bytes on a node right after an all-reduce, as DDP copies its buckets
     back (`sgdscale.bucket_copies`).
     """
@@ -192,6 +210,7 @@ class Network(BaseModel):
     sharing: Sharing | None = None
     bucket_copy: AlphaBeta | None = None  # copying M bytes on a node right after an all-reduce (sgdscale.bucket_copies)
     outcast: Outcast | None = None  # how flows out of one node share its link (`Outcast`)
+    send_lead: SendLead | None = None  # how long before its bytes arrive a send completes (`SendLead`)
 
     @field_validator("allreduce", "incast")
     @classmethod

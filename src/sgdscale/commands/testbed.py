@@ -148,7 +148,7 @@ def fits_table(network) -> Table:
 
 
 def network_notes(network) -> list[str]:
-    """One line per measured effect beyond the fits (interference, CPU cost, sharing, outcast).
+    """One line per measured effect beyond the fits (interference, CPU cost, sharing, outcast, send lead).
 
     Printed as whole lines, not as a table caption: a caption wraps to the table's width, which
     moves with the figures and splits a line where a reader (or a grep) looks for it."""
@@ -179,6 +179,11 @@ def network_notes(network) -> list[str]:
         notes.append(f"flows out of one node ({format_bytes(out.bytes)} each): a flow started while another leaves "
                      f"gets weight {out.newcomer_weight:.2f} of the link (1: equal sharing); started together, the "
                      f"first done at {out.first_second_together:.2f} of the second's time")
+    if network.send_lead is not None:
+        lead = network.send_lead
+        notes.append(f"a send of {format_bytes(lead.bytes)} completes {format_seconds(lead.lead_s)} before its bytes "
+                     "arrive (what the sender's socket and the queues on the way hold then; a sync PS shard posts "
+                     "its next receives that early)")
     notes += launch_lines(network.environment.get("launches") or [])
     return notes
 
@@ -227,7 +232,8 @@ def sharing_line(sharing) -> str:
 @click.option("--repeats", default=5, show_default=True, help="Timed repeats per size (median is fitted).")
 @click.option("--warmup", default=1, show_default=True, help="Discarded repeats per size.")
 @click.option("--ops", default="p2p,allreduce,incast", show_default=True,
-              help="Which operations: p2p, allreduce, incast (N-1 senders into one node; with 3 or more "
+              help="Which operations: p2p (also how long before its bytes arrive a send completes), allreduce, "
+                   "incast (N-1 senders into one node; with 3 or more "
                    "processes it fits how unequally flows share a link), outcast (one node sending to two, the "
                    "second flow started later: how much of the link a newcomer gets; 3 or more processes), "
                    "overlap (compute/communication interference, with the most workers).")

@@ -24,6 +24,7 @@ class Kind(IntEnum):
     PULL_DONE = 3
     PULL_RELEASE = 4
     PULL_DELIVER = 5
+    PULL_WATCH = 6  # a connection's watch may be reached (a = connection, b = watch version)
     STEP_END = 11  # a worker's step ended (a = worker)
     GROUP_READY = 21  # all-reduce event oracle (tests): worker a produced group b
     COLLECTIVE_END = 22  # all-reduce event oracle (tests): group a's collective ended

@@ -118,6 +118,14 @@ class LinkNetwork:
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
+        # Watches (`watch`): per connection with one, (bytes sent at which it fires, token, earliest
+        # time); the bytes given to each connection so far; a version per connection that stales the
+        # watch events already scheduled; the event kind they go under, and whom they call.
+        self.watches: dict[int, tuple[float, float, int, float]] = {}
+        self.c_given: list[float] = []
+        self.c_wver: list[int] = []
+        self.kind_watch: int | None = None
+        self.on_watch: Callable[[int, float], None] | None = None
         # Handle a delivery when its last byte leaves instead of through a DELIVER event alpha
         # later. Exact when the handler only schedules effects at or after arrival_s (every
         # message has the same latency, so arrival order is done order); saves a heap event per message.
@@ -144,6 +152,8 @@ class LinkNetwork:
         self.c_sent.append(0.0)
         self.c_w.append(1.0)
         self.c_tag.append(-1)
+        self.c_given.append(0.0)
+        self.c_wver.append(0)
         return len(self.c_up) - 1
 
     def burst_weight(self, conn: int, tag: int) -> float:
@@ -157,6 +167,7 @@ class LinkNetwork:
         """Queue a message on `conn`, released at `release_s` (>= the previous message's release)."""
         q = self.c_queue[conn]
         q.append((release_s, nbytes, token, tag))
+        self.c_given[conn] += nbytes
         if len(q) == 1:
             self._head_arrived(conn, now)
 
@@ -191,6 +202,8 @@ class LinkNetwork:
                 self.l_rate[down] += rate
                 self.c_rate[conn] = rate
                 heapq.heappush(self.queue.heap, (now + nbytes / rate, next(self.queue.seq), self.kind_done, conn, ver))
+                if self.watches and conn in self.watches:
+                    self._check_watch(conn, now)
             else:
                 self.dirty = True
             l_n[up] += 1
@@ -213,6 +226,8 @@ class LinkNetwork:
         q = self.c_queue[conn]
         _, sent, token, tag = q.popleft()
         self.c_sent[conn] += sent
+        if self.watches and conn in self.watches:
+            self._check_watch(conn, now, moving=False)
         if self.on_transfer is not None:
             self.on_transfer(conn, token, tag, self.c_start[conn], now)
         if self.deliver is not None:
@@ -231,6 +246,8 @@ class LinkNetwork:
             rate = self.c_rate[conn]
             if rate > 0.0:
                 heapq.heappush(self.queue.heap, (now + nbytes / rate, next(self.queue.seq), self.kind_done, conn, ver))
+                if self.watches and conn in self.watches:
+                    self._check_watch(conn, now)
             return
         del self.active[conn]
         self.c_ver[conn] += 1
@@ -300,6 +317,41 @@ class LinkNetwork:
         self.c_w[conn] /= self.newcomer_weight
         self.dirty = True
 
+    # --- watches ------------------------------------------------------------------------------------
+    def watch(self, conn: int, lead_s: float, token: int, now: float) -> None:
+        """Call `on_watch(token, t)` at the first t at which what `conn` has been given so far would all
+        have left within `lead_s` at the connection's rate then (and not before the last message given
+        is released): when a sender whose buffers hold that much has handed it all over. One watch
+        per connection: a new one replaces the last."""
+        q = self.c_queue[conn]
+        release = q[-1][0] if q else now
+        self.watches[conn] = (self.c_given[conn], lead_s, token, release)
+        self._check_watch(conn, now)
+
+    def _check_watch(self, conn: int, now: float, moving: bool = True) -> None:
+        """Fire `conn`'s watch if it is reached, else schedule the event that checks it again (a rate
+        change or the head message's end checks it anew). `moving=False`: between messages (on_done)."""
+        given, lead_s, token, release = self.watches[conn]
+        ver = self.c_wver[conn] = self.c_wver[conn] + 1
+        if release > now:
+            self.queue.push(release, self.kind_watch, conn, ver)
+            return
+        q = self.c_queue[conn]
+        sent = self.c_sent[conn]
+        rate = self.c_rate[conn] if moving and conn in self.active else 0.0
+        if rate > 0.0 and q:
+            sent += q[0][1] - (self.c_rem[conn] - rate * (now - self.c_t[conn]))
+        target = given - lead_s * rate  # what has to have left by then
+        if sent >= target - 1e-6 * (1.0 + abs(given)):
+            del self.watches[conn]
+            self.on_watch(token, now)
+        elif rate > 0.0 and target <= self.c_sent[conn] + q[0][1]:  # inside the moving head message
+            self.queue.push(now + (target - sent) / rate, self.kind_watch, conn, ver)
+
+    def on_watch_event(self, conn: int, version: int, now: float) -> None:
+        if version == self.c_wver[conn] and conn in self.watches:
+            self._check_watch(conn, now)
+
     def set_capacity(self, link: int, capacity_Bps: float, now: float) -> None:
         """Change a link's capacity from now on (its connections' rates are recomputed at the next
         reallocation, before time moves on)."""
@@ -367,6 +419,7 @@ class LinkNetwork:
                     count[other] = 0
             count[link] = 0
         l_rate, push, kind_done = self.l_rate, self.queue.push, self.kind_done
+        watches = self.watches
         for link in conns_on:
             self._account(link, now)
         for c, rate in new_rate.items():
@@ -379,6 +432,8 @@ class LinkNetwork:
             ver = self.c_ver[c] + 1
             self.c_ver[c] = ver
             push(now + c_rem[c] / rate, kind_done, c, ver)
+            if watches and c in watches:
+                self._check_watch(c, now)
 
     def bytes_carried(self, link: int, now: float) -> float:
         """Bytes the link has carried up to `now` (rates are constant since the last change)."""

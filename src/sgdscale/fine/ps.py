@@ -33,13 +33,18 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   which does not move data both ways at once, `benchmarks/duplex.py`, changed its predictions by
   under 0.1%, so the pair is not modelled).
   The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
-  only when all its replies of step k have left (the runtime's server waits for its sends before it
-  posts the next receives, `sgdscale.runtime.ps`), so a worker that got its parameters early
-  cannot push step k+1 to that shard while the shard still replies to a slower worker. Without this
+  only when the sends of all its replies of step k have completed (the runtime's server waits for
+  its sends before it posts the next receives, `sgdscale.runtime.ps`), so a worker that got its
+  parameters early pushes step k+1 to that shard only once the shard has all but the last
+  `CommModel.send_lead_s` of its replies to the slower workers under way: gloo completes a send once
+  its last byte is in the socket, measured by netbench (`SendLead`; on the emulated cluster 38-43 ms
+  before the bytes arrive at 790 Mbit/s, `benchmarks/send_completion.py`). The shard posts once every
+  connection's last reply would arrive within that lead at the connection's rate then
+  (`LinkNetwork.watch`); with no lead measured, once the last reply has arrived. Without this
   rule the simulation drifted, over some tens of steps, from serial push and pull phases into a
-  pattern where early workers' pushes overlap late workers' pulls: the predicted step shrank with
-  the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s over 20
-  steps, 4.70 s over 200), a state the runtime's server never allows.
+  pattern where early workers' pushes overlap late workers' pulls throughout: the predicted step
+  shrank with the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s
+  over 20 steps, 4.70 s over 200).
 
 - interference (a network file's measured compute slowdown, `comm.interference.ps_compute_slowdown`):
   a worker's backward runs slower while its own uplink sends its pushes (`compute_while_sending`
@@ -296,7 +301,7 @@ class PsRun:
         # NICs shared by several devices or colocated servers are not stars: general network.
         newcomer = topology.nic.newcomer_share_weight
         sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
-        star = star and not links.shared_nics
+        star = star and not links.shared_nics and not (sync and topology.nic.send_lead_s > 0.0)
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
         self.compute_slowdown = ps_compute_slowdown(topology.nic)
 
@@ -364,6 +369,7 @@ class PsRun:
         # arrive (message_cpu.PULLS_RECEIVED_AS_THEY_ARRIVE; None: charged to forward, or nothing to charge)
         costs = (topology.nic.worker_cpu_s_per_message, topology.nic.worker_cpu_s_per_wakeup)
         self.pull_cpu = costs if receives_pulls_as_they_arrive(profile, *costs) else None
+        self.write_lead_s = topology.nic.send_lead_s  # a send completes this long before its bytes arrive
         self.recorder = PsTrace(self, trace) if trace else None
         self.snapshots: dict[str, tuple] = {}
 
@@ -400,6 +406,7 @@ class PsRun:
         PUSH_DONE, PUSH_RELEASE = int(Kind.PUSH_DONE), int(Kind.PUSH_RELEASE)
         PULL_DONE, PULL_RELEASE = int(Kind.PULL_DONE), int(Kind.PULL_RELEASE)
         STEP_END = int(Kind.STEP_END)
+        PULL_WATCH = int(Kind.PULL_WATCH)
 
         # Worker state.
         it = [0] * n  # current iteration
@@ -453,6 +460,56 @@ class PsRun:
         posted_t = [0.0] * shards
         replies_done = [0] * shards
         held_push: list[list[tuple]] = [[] for _ in range(shards)]
+        write_lead_s = self.write_lead_s
+        on_write = sync and write_lead_s > 0.0
+        handed = [0] * shards  # replies of the step handed to their connections (on_write)
+        written_t = [0.0] * shards  # when the latest of them was written
+        pending = [0] * shards  # connections whose latest reply is not yet written
+        post_step = [-1] * shards  # the step whose replies are all handed, not yet all written
+        conn_shard = {}
+        for s, conns in enumerate(pull_conn):
+            for c in conns:
+                conn_shard[c] = s
+        watches = pull_net.watches
+
+        def post(s: int, k: int, t: float, lnow: float) -> None:
+            """Shard s posts its receives of step k + 1 at t: pushes held for them go."""
+            posted_k[s] = k
+            posted_t[s] = t
+            waiting_pushes = held_push[s]
+            if waiting_pushes:
+                held_push[s] = []
+                for w2, m2, release, k2 in waiting_pushes:
+                    if release < t:  # (held in release order: FIFO is kept)
+                        release = t
+                    if release > last_release[w2][s]:
+                        last_release[w2][s] = release
+                    push_send(push_conn[w2][s], msg_bytes[m2], release, lnow, w2 * M + m2, k2)
+
+        def send_reply(s: int, conn: int, nb: float, release: float, lnow: float, token: int, k: int) -> None:
+            pull_send(conn, nb, release, lnow, token, k)
+            if on_write:
+                if conn not in watches:
+                    pending[s] += 1
+                handed[s] += 1
+                if handed[s] == replies_of_step[s]:
+                    handed[s] = 0
+                    post_step[s] = k
+                pull_net.watch(conn, write_lead_s, conn, lnow)
+
+        def on_written(conn: int, t: float) -> None:
+            """Shard s has written all it has handed to connection `conn` (the rest is in the socket)."""
+            s = conn_shard[conn]
+            pending[s] -= 1
+            if t > written_t[s]:
+                written_t[s] = t
+            if pending[s] == 0 and post_step[s] >= 0:
+                k, post_step[s] = post_step[s], -1
+                t, written_t[s] = written_t[s], 0.0
+                post(s, k, t, t)
+
+        pull_net.on_watch = on_written
+        pull_net.kind_watch = PULL_WATCH
 
         if rec is not None:
             rec.install_flows()
@@ -579,22 +636,12 @@ class PsRun:
                                                  else pull_wakeup_s * gap / WAKEUP_SPACING_S)
                 received_until[w] = have_t[w][m] = done
                 busy[w] += done - start
-            if sync:
+            if sync and not on_write:
                 s = msg_shard[m]
                 replies_done[s] += 1
                 if replies_done[s] == replies_of_step[s]:  # shard s posts its receives of step k+1
                     replies_done[s] = 0
-                    posted_k[s] = k
-                    posted_t[s] = arrival
-                    waiting_pushes = held_push[s]
-                    if waiting_pushes:
-                        held_push[s] = []
-                        for w2, m2, release, k2 in waiting_pushes:
-                            if release < arrival:  # (held in release order: FIFO is kept)
-                                release = arrival
-                            if release > last_release[w2][s]:
-                                last_release[w2][s] = release
-                            push_send(push_conn[w2][s], msg_bytes[m2], release, lnow, w2 * M + m2, k2)
+                    post(s, k, arrival, lnow)
             if waiting[w]:
                 j = nxt[w]
                 if m in need[j]:
@@ -664,12 +711,12 @@ class PsRun:
                 for w2 in range(n):  # a pull leaves once w2's receive notice of step k is in
                     if notice_k[w2][s] == k:
                         nt = notice_t[w2][s]
-                        pull_send(pcs[w2], nb, ready if ready > nt else nt, lnow, w2 * M + m, k)
+                        send_reply(s, pcs[w2], nb, ready if ready > nt else nt, lnow, w2 * M + m, k)
                     else:
                         held[w2][s].append((nb, ready, w2 * M + m, k))
             elif notice_k[w][s] == k:
                 nt = notice_t[w][s]
-                pull_send(pcs[w], nb, ready if ready > nt else nt, lnow, token, k)
+                send_reply(s, pcs[w], nb, ready if ready > nt else nt, lnow, token, k)
             else:
                 held[w][s].append((nb, ready, token, k))
             if notice is not None:
@@ -684,7 +731,7 @@ class PsRun:
                 held[w][s] = []
                 conn = pull_conn[s][w]
                 for nb, ready, tok, kk in reply_order(waiting_pulls, nt, post_rank, msg_update, M):
-                    pull_send(conn, nb, ready if ready > nt else nt, lnow, tok, kk)
+                    send_reply(s, conn, nb, ready if ready > nt else nt, lnow, tok, kk)
 
         push_net.deliver = on_push
         pull_net.deliver = on_pull
@@ -719,6 +766,8 @@ class PsRun:
                 push_net.on_release(a, now)
             elif kind == PULL_RELEASE:
                 pull_net.on_release(a, now)
+            elif kind == PULL_WATCH:
+                pull_net.on_watch_event(a, b, now)
             elif kind == STEP_END:
                 w = a
                 k = it[w]

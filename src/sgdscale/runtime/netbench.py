@@ -33,6 +33,13 @@ What is measured (gloo, CPU tensors, float32 payloads):
   messages; the CPU difference per message, less the burst figure, is what a message pays for
   coming alone after compute (`CpuCost.message_wakeup_s`, sgdscale.message_cpu.wakeup_weights):
   gloo's thread wakes for it alone and runs on caches the compute has cooled.
+- send lead (with p2p, ranks 0 and 1): how long before its bytes arrive a send completes. Rank 1 posts
+  its receive of the largest size (or `send_lead_bytes`), rank 0 its receive of a 4-byte
+  acknowledgement, then sends; rank 1 acknowledges once it has every byte. On rank 0's clock, the
+  acknowledgement's arrival less the send's completion, less the p2p startup, is the lead
+  (`SendLead`): gloo completes a send once its last byte is in the socket, so it is what the
+  sender's socket and the queues between the nodes hold then. A sync PS shard posts its next step's
+  receives that early (`sgdscale.fine.ps`).
 Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
 gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
@@ -63,8 +70,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sgdscale.comm.network import (AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, Outcast, fit_alpha_beta,
-                                   sharing_from_points)
+from sgdscale.comm.network import (AlphaBeta, BenchPoint, CpuCost, InterferenceFit, Network, Outcast, SendLead,
+                                   fit_alpha_beta, sharing_from_points, startup_s)
 from sgdscale.errors import UserError
 from sgdscale.hostinfo import QUIET_STEAL_CORES, wait_for_quiet_host
 
@@ -79,6 +86,7 @@ MESSAGE_BURST = 128  # messages per burst of the per-message CPU measurement (mo
 MESSAGE_BYTES = 4  # one float: the per-byte cost is p2p's
 MESSAGE_ALONE = 16  # messages per direction of the messages-alone measurement
 MESSAGE_GAP_S = 3e-3  # CPU seconds of compute before each of them (past message_cpu.WAKEUP_SPACING_S)
+SEND_LEAD_NOTICE_S = 0.02  # rank 0 waits this long after the barrier before it sends (rank 1's receive is up)
 # A launch whose largest ping-pong message took times spreading more than this over its repeats ran on
 # a disturbed machine: it is measured again, up to UNSTEADY_RETRIES times, and the steadiest attempt
 # kept. In the 196 network files of the held-out sets the spread was at most 3.0% in 90% of them and
@@ -128,8 +136,8 @@ def steps_per_rank(config: dict[str, Any], world_size: int) -> int:
     steps = sum(len(op_sizes(config, op)) for op in ops) * (config["repeats"] + config["warmup"])
     if "overlap" in config["ops"]:
         steps += config["repeats"] + config["warmup"]
-    if "p2p" in config["ops"] and world_size >= 2:  # the per-message CPU bursts
-        steps += config["repeats"] + config["warmup"]
+    if "p2p" in config["ops"] and world_size >= 2:  # the per-message CPU bursts, the send lead
+        steps += 2 * (config["repeats"] + config["warmup"])
     if "outcast" in config["ops"] and world_size >= 3:
         steps += config["repeats"] + config["warmup"]
     return steps
@@ -256,11 +264,17 @@ def bench_rank(ctx) -> dict[str, Any]:
         if outcast:
             outcast["bytes"] = [outcast_bytes]
     message_cpu: dict[str, list[float]] = {}
+    send_lead: dict[str, list[float]] = {}
     if "p2p" in config["ops"] and world >= 2:
         tensors = [torch.zeros(MESSAGE_BYTES // ELEMENT_BYTES, dtype=torch.float32) for _ in range(MESSAGE_BURST)]
         spin = spin_loop()
         message_cpu = repeated(lambda: {**_message_burst_cpu(dist, rank, tensors),
                                         **_message_alone_cpu(dist, rank, tensors[:MESSAGE_ALONE], spin)})
+        lead_bytes = int(config.get("send_lead_bytes") or max(config["sizes"]))
+        lead_tensor = torch.zeros(lead_bytes // ELEMENT_BYTES, dtype=torch.float32)
+        send_lead = repeated(lambda: _send_lead_repeat(dist, rank, lead_tensor))
+        if send_lead:
+            send_lead["bytes"] = [lead_bytes]
     for op in config["ops"]:
         if op not in POINT_OPS or (op != "allreduce" and world < 2):
             continue
@@ -318,7 +332,7 @@ def bench_rank(ctx) -> dict[str, Any]:
             if kept_senders:
                 completions[str(nbytes)] = kept_senders
     return {"rank": rank, "world_size": world, "samples": samples, "cpu_s": cpu, "overlap": overlap,
-            "message_cpu_s": message_cpu, "outcast": outcast, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
+            "message_cpu_s": message_cpu, "outcast": outcast, "send_lead": send_lead, "incast_senders_s": completions, "copy_s": copies, "torch": torch.__version__, "host": platform.node()}
 
 
 def spin_loop() -> Callable[[float], None]:
@@ -443,6 +457,44 @@ def _outcast_repeat(dist, rank: int, tensor) -> dict[str, float] | None:
             "together_first_s": together[0], "together_second_s": together[1]}
 
 
+def _send_lead_repeat(dist, rank: int, tensor) -> dict[str, float] | None:
+    """One repeat of the send-lead measurement (module docstring): on rank 0 when its send completed and
+    when rank 1's acknowledgement arrived, seconds from the send's start; None on other ranks."""
+    import torch
+
+    ack = torch.zeros(1, dtype=torch.float32)
+    dist.barrier()
+    if rank == 1:
+        dist.irecv(tensor, src=0).wait()
+        dist.send(ack, dst=0)
+        return None
+    if rank != 0:
+        return None
+    acknowledged = dist.irecv(ack, src=1)
+    time.sleep(SEND_LEAD_NOTICE_S)  # rank 1's receive is posted: the send need not wait for it
+    start = time.perf_counter()
+    send = dist.isend(tensor, dst=1)
+    send.wait()
+    sent = time.perf_counter() - start
+    acknowledged.wait()
+    return {"sent_s": sent, "acknowledged_s": time.perf_counter() - start}
+
+
+def send_lead_from_results(results: Sequence[dict[str, Any]], points: Sequence[BenchPoint]) -> SendLead | None:
+    """Rank 0's send-lead samples as `SendLead` (None: not measured): per repeat, the acknowledgement's
+    arrival less the send's completion less the p2p startup (`startup_s`, the acknowledgement's own
+    trip), at least 0; the median is the lead."""
+    samples = next((r.get("send_lead") or {} for r in results if int(r["rank"]) == 0), {})
+    if not samples.get("bytes") or not samples.get("sent_s") or not samples.get("acknowledged_s"):
+        return None
+    p2p_points = [p for p in points if p.op == "p2p"]
+    trip = startup_s(p2p_points, fit_alpha_beta([p.bytes for p in p2p_points], [p.median_s for p in p2p_points])) \
+        if len({p.bytes for p in p2p_points}) >= 2 else 0.0
+    leads = [max(0.0, ack - sent - trip) for sent, ack in zip(samples["sent_s"], samples["acknowledged_s"])]
+    return SendLead(lead_s=statistics.median(leads), bytes=int(samples["bytes"][0]), sent_s=samples["sent_s"],
+                    acknowledged_s=samples["acknowledged_s"])
+
+
 def outcast_from_results(results: Sequence[dict[str, Any]]) -> Outcast | None:
     """Rank 0's outcast samples as `Outcast` (None: not measured). Per repeat, the newcomer's weight
     (t1 - d) / (L - d) - 1 with L the median lone flow, kept within [OUTCAST_MIN_WEIGHT, 1]; the fit
@@ -561,7 +613,8 @@ def cpu_cost_from_points(points: Sequence[BenchPoint], cores: float | None,
 
 def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str, Any],
                 interference: InterferenceFit | None = None, outcast: Outcast | None = None,
-                message_cpu_s: float | None = None, message_wakeup_s: float | None = None) -> Network:
+                message_cpu_s: float | None = None, message_wakeup_s: float | None = None,
+                send_lead: SendLead | None = None) -> Network:
     """Fit alpha-beta for p2p (from the 2-rank run, or the smallest one), all-reduce per worker count,
     and incast per sender count (t against the total bytes received) with the link-sharing fit."""
     incast: dict[str, AlphaBeta] = {}
@@ -590,7 +643,8 @@ def fit_network(points: Sequence[BenchPoint], source: str, environment: dict[str
     return Network(source=source, p2p=p2p, allreduce=allreduce, incast=incast, points=list(points),
                    environment=environment, interference=interference,
                    cpu=cpu_cost_from_points(points, cores, message_cpu_s, message_wakeup_s),
-                   sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points), outcast=outcast)
+                   sharing=sharing_from_points(points, p2p), bucket_copy=copy_from_points(points), outcast=outcast,
+                   send_lead=send_lead)
 
 
 def copy_from_points(points: Sequence[BenchPoint]) -> AlphaBeta | None:
@@ -625,6 +679,7 @@ def estimate_run_s(config: dict[str, Any], workers: int, bandwidth_bps: float) -
         per_repeat += 5 * wire_s + 0.1  # one lone flow, then two pairs
     if "p2p" in config["ops"]:
         per_repeat += 2 * 2 * MESSAGE_ALONE * MESSAGE_GAP_S / 0.1  # the messages alone, at 0.1 cores
+        per_repeat += int(config.get("send_lead_bytes") or max(config["sizes"])) * 8 / bandwidth_bps + 0.05
     return per_repeat * (config["repeats"] + config["warmup"])
 
 
@@ -660,7 +715,7 @@ def run_netbench(
     total = sum(steps_per_rank(c, n) for n, c in runs)
     done_before = 0
     points: list[BenchPoint] = []
-    interference = outcast = message_cpu_s = message_wakeup_s = None
+    interference = outcast = message_cpu_s = message_wakeup_s = send_lead = None
     torch_version = None
     launches: list[dict[str, Any]] = []  # every launch, retries included: what the machine did meanwhile
     snapshot = getattr(placement, "cpu_snapshot", None)  # an emulated cluster reports its CPU
@@ -686,7 +741,9 @@ def run_netbench(
             launches[-1]["steal_before_retry_cores"] = wait_for_quiet_host(QUIET_STEAL_CORES)
         _, kept_index, result = min(attempts, key=lambda a: a[0])
         launches[kept_index]["kept"] = True
-        points += points_from_results(result.results)
+        run_points = points_from_results(result.results)
+        points += run_points
+        send_lead = send_lead_from_results(result.results, run_points) or send_lead
         interference = interference_from_results(result.results) or interference
         outcast = outcast_from_results(result.results) or outcast
         message_cpu_s = message_cpu_from_results(result.results) or message_cpu_s
@@ -701,7 +758,7 @@ def run_netbench(
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **(environment or {})}
     env["launches"] = launches
     return fit_network(points, source=source, environment=env, interference=interference, outcast=outcast,
-                       message_cpu_s=message_cpu_s, message_wakeup_s=message_wakeup_s)
+                       message_cpu_s=message_cpu_s, message_wakeup_s=message_wakeup_s, send_lead=send_lead)
 
 
 def machine_summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -741,4 +798,5 @@ def collect_results(directory: str | Path, environment: dict[str, Any] | None = 
     return fit_network(points, source=f"netbench on {len(results)} ranks (torchrun), collected from {directory}",
                        environment=env, interference=interference_from_results(results),
                        outcast=outcast_from_results(results), message_cpu_s=message_cpu_from_results(results),
-                       message_wakeup_s=message_wakeup_from_results(results))
+                       message_wakeup_s=message_wakeup_from_results(results),
+                       send_lead=send_lead_from_results(results, points))
