@@ -90,7 +90,8 @@ class CommModel:
     worker_cpu_s_per_wakeup: float = 0.0
     # Seconds before its bytes arrive that a point-to-point send completes (gloo's send completes once
     # its last byte is in the socket; what the sender's socket and the queues on the way hold then):
-    # measured by `sgdscale netbench` (`SendLead`; 0: not measured, a send completes on arrival).
+    # measured by `sgdscale netbench` (`SendLead`; 0: not measured). Used only where
+    # `sgdscale.fine.ps.POSTS_AHEAD_BY_SEND_LEAD` is on (off: held out on set 84, not kept).
     send_lead_s: float = 0.0
 
     @classmethod

@@ -168,7 +168,8 @@ class SendLead(BaseModel):
     completion less the p2p startup (both on rank 0's clock). gloo completes a send once its last byte
     is in the socket, so this is what the sender's socket and the queues between the nodes still hold
     then, in seconds. A sync PS shard posts its next step's receives that much before its replies
-    arrive (`sgdscale.fine.ps`). `lead_s` is the median; the raw repeats stay for the record.
+    arrive; the fine method can model that (`sgdscale.fine.ps.POSTS_AHEAD_BY_SEND_LEAD`), but it was
+    not kept, so the lead is recorded, not used. `lead_s` is the median; the raw repeats stay for the record.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

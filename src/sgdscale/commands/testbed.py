@@ -182,8 +182,7 @@ def network_notes(network) -> list[str]:
     if network.send_lead is not None:
         lead = network.send_lead
         notes.append(f"a send of {format_bytes(lead.bytes)} completes {format_seconds(lead.lead_s)} before its bytes "
-                     "arrive (what the sender's socket and the queues on the way hold then; a sync PS shard posts "
-                     "its next receives that early)")
+                     "arrive (what the sender's socket and the queues on the way hold then; recorded, not used)")
     notes += launch_lines(network.environment.get("launches") or [])
     return notes
 

@@ -33,18 +33,16 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   which does not move data both ways at once, `benchmarks/duplex.py`, changed its predictions by
   under 0.1%, so the pair is not modelled).
   The other direction has a rule too, in sync PS: a shard posts its receives for step k+1
-  only when the sends of all its replies of step k have completed (the runtime's server waits for
-  its sends before it posts the next receives, `sgdscale.runtime.ps`), so a worker that got its
-  parameters early pushes step k+1 to that shard only once the shard has all but the last
-  `CommModel.send_lead_s` of its replies to the slower workers under way: gloo completes a send once
-  its last byte is in the socket, measured by netbench (`SendLead`; on the emulated cluster 38-43 ms
-  before the bytes arrive at 790 Mbit/s, `benchmarks/send_completion.py`). The shard posts once every
-  connection's last reply would arrive within that lead at the connection's rate then
-  (`LinkNetwork.watch`); with no lead measured, once the last reply has arrived. Without this
-  rule the simulation drifted, over some tens of steps, from serial push and pull phases into a
-  pattern where early workers' pushes overlap late workers' pulls throughout: the predicted step
-  shrank with the number of simulated iterations (densenet121 replay, 6 workers, 500 Mbit/s: 7.16 s
-  over 20 steps, 4.70 s over 200).
+  only once all its replies of step k have arrived, so a worker that got its parameters early cannot
+  push step k+1 to that shard while the shard still replies to a slower worker. The runtime's server
+  posts them once its replies' sends have completed (`sgdscale.runtime.ps`), and gloo completes a send
+  once its last byte is in the socket, some tens of ms before the bytes arrive (netbench's `SendLead`;
+  39-43 ms at 790 Mbit/s on the emulated cluster, `benchmarks/send_completion.py`); posting that early
+  is modelled (`LinkNetwork.watch`, `POSTS_AHEAD_BY_SEND_LEAD`) but was held out on set 84 and not
+  kept. Without the rule the simulation drifted, over some tens of steps, from serial push and pull
+  phases into a pattern where early workers' pushes overlap late workers' pulls throughout: the
+  predicted step shrank with the number of simulated iterations (densenet121 replay, 6 workers, 500
+  Mbit/s: 7.16 s over 20 steps, 4.70 s over 200).
 
 - interference (a network file's measured compute slowdown, `comm.interference.ps_compute_slowdown`):
   a worker's backward runs slower while its own uplink sends its pushes (`compute_while_sending`
@@ -103,6 +101,18 @@ from sgdscale.profile import Profile
 from sgdscale.result import Outcome, TimelineSpec, timeline_spec
 from sgdscale.strategy import Strategy
 from sgdscale.variability import ComputeSampler
+
+
+# Whether a sync shard posts its next receives the network file's send lead before its replies arrive
+# (`CommModel.send_lead_s`, measured by netbench) instead of once they have. The lead is real: gloo
+# completes a send once its last byte is in the socket, 39-43 ms before the bytes arrive at 790 Mbit/s
+# on the emulated cluster (`benchmarks/send_completion.py`), and a traced real step shows the shard
+# posting 59 ms before its last worker has its parameters. Modelled (`LinkNetwork.watch`), held out on
+# set 84 and not kept: there fine was 6.7% / 8.4% with it and 6.6% / 8.4% without
+# (`benchmarks/results/send_lead-heldout84.md`); on the kept runs of sets 40-83 a lead of 40 ms moved 36
+# real-compute cases from 5.7% to 4.9% in the median and 54 replays from 3.2% to 3.6%
+# (`send_lead_tuning-{real,replay}.md`). What else keeps the runs' first workers ahead is not found.
+POSTS_AHEAD_BY_SEND_LEAD = False
 
 
 def simulate_ps(profile: Profile, cluster: Cluster, strategy: Strategy, comm: CommModel | Topology, *,
@@ -301,7 +311,8 @@ class PsRun:
         # NICs shared by several devices or colocated servers are not stars: general network.
         newcomer = topology.nic.newcomer_share_weight
         sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
-        star = star and not links.shared_nics and not (sync and topology.nic.send_lead_s > 0.0)
+        star = star and not links.shared_nics and not (sync and POSTS_AHEAD_BY_SEND_LEAD
+                                                                   and topology.nic.send_lead_s > 0.0)
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
         self.compute_slowdown = ps_compute_slowdown(topology.nic)
 
@@ -461,7 +472,7 @@ class PsRun:
         replies_done = [0] * shards
         held_push: list[list[tuple]] = [[] for _ in range(shards)]
         write_lead_s = self.write_lead_s
-        on_write = sync and write_lead_s > 0.0
+        on_write = sync and POSTS_AHEAD_BY_SEND_LEAD and write_lead_s > 0.0
         handed = [0] * shards  # replies of the step handed to their connections (on_write)
         written_t = [0.0] * shards  # when the latest of them was written
         pending = [0] * shards  # connections whose latest reply is not yet written

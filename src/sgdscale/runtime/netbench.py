@@ -39,7 +39,7 @@ What is measured (gloo, CPU tensors, float32 payloads):
   acknowledgement's arrival less the send's completion, less the p2p startup, is the lead
   (`SendLead`): gloo completes a send once its last byte is in the socket, so it is what the
   sender's socket and the queues between the nodes hold then. A sync PS shard posts its next step's
-  receives that early (`sgdscale.fine.ps`).
+  receives that early (recorded; `sgdscale.fine.ps.POSTS_AHEAD_BY_SEND_LEAD` says why it is not used).
 Every timed p2p and all-reduce repeat also records the rank's CPU time (getrusage: user + system,
 gloo's threads included), from which the CPU cost per byte is fitted (`CpuCost`).
 Each size gets `warmup` discarded repeats, then `repeats` kept ones; the fit (least squares,
