@@ -461,25 +461,6 @@ def _watched(net, kind=99):
     return fired
 
 
-def _run_with_watches(net, kind=99):
-    """run_network, dispatching the watch events too."""
-    q = net.queue
-    heap = q.heap
-    now = 0.0
-    while True:
-        if net.dirty and (not heap or heap[0][0] > now):
-            net.reallocate(now)
-        if not heap:
-            break
-        now, _, k, a, b = heapq.heappop(heap)
-        if k == net.kind_done:
-            net.on_done(a, b, now)
-        elif k == net.kind_release:
-            net.on_release(a, now)
-        elif k == kind:
-            net.on_watch_event(a, b, now)
-
-
 def test_a_watch_fires_its_lead_before_the_connection_runs_dry():
     # 100 B at 10 B/s: the last byte leaves at 10 s; a send that completes 2 s before that, at 8 s.
     net = _net([10.0, 1000.0])
@@ -487,7 +468,7 @@ def test_a_watch_fires_its_lead_before_the_connection_runs_dry():
     c = net.add_connection(0, 1)
     net.send(c, 100.0, 0.0, 0.0, token=1)
     net.watch(c, 2.0, "c", 0.0)
-    _run_with_watches(net)
+    run_network(net)
     assert fired == [("c", pytest.approx(8.0))]
 
 
@@ -503,7 +484,7 @@ def test_a_watch_counts_every_message_queued_and_follows_rate_changes():
     net.send(c, 50.0, 0.0, 0.0, token=2)
     net.watch(c, 2.0, "c", 0.0)
     net.send(other, 1000.0, 4.0, 0.0, token=3)
-    _run_with_watches(net)
+    run_network(net)
     assert fired == [("c", pytest.approx(14.0))]
 
 
@@ -513,7 +494,7 @@ def test_a_watch_waits_for_its_message_release_and_fires_at_once_when_already_wi
     c = net.add_connection(0, 1)
     net.send(c, 10.0, 5.0, 0.0, token=1)  # released at 5 s, 1 s of line: within a 2 s lead at once
     net.watch(c, 2.0, "late", 0.0)
-    _run_with_watches(net)
+    run_network(net)
     assert fired == [("late", pytest.approx(5.0))]
     idle = _net([10.0, 1000.0])
     fired = _watched(idle)

@@ -472,4 +472,6 @@ def run_network(net: NetworkModel) -> list[tuple[float, int, int]]:
             net.on_release(a, now)
         elif kind == net.kind_deliver:
             out.append((t, a, b))
+        elif kind == getattr(net, "kind_watch", None):
+            net.on_watch_event(a, b, now)
     return out
