@@ -497,16 +497,15 @@ class PsRun:
                         last_release[w2][s] = release
                     push_send(push_conn[w2][s], msg_bytes[m2], release, lnow, w2 * M + m2, k2)
 
-        def send_reply(s: int, conn: int, nb: float, release: float, lnow: float, token: int, k: int) -> None:
-            pull_send(conn, nb, release, lnow, token, k)
-            if on_write:
-                if conn not in watches:
-                    pending[s] += 1
-                handed[s] += 1
-                if handed[s] == replies_of_step[s]:
-                    handed[s] = 0
-                    post_step[s] = k
-                pull_net.watch(conn, write_lead_s, conn, lnow)
+        def handed_over(s: int, conn: int, k: int, lnow: float) -> None:
+            """A reply of step k went to `conn` (on_write): watch for it to be written."""
+            if conn not in watches:
+                pending[s] += 1
+            handed[s] += 1
+            if handed[s] == replies_of_step[s]:
+                handed[s] = 0
+                post_step[s] = k
+            pull_net.watch(conn, write_lead_s, conn, lnow)
 
         def on_written(conn: int, t: float) -> None:
             """Shard s has written all it has handed to connection `conn` (the rest is in the socket)."""
@@ -722,12 +721,14 @@ class PsRun:
                 for w2 in range(n):  # a pull leaves once w2's receive notice of step k is in
                     if notice_k[w2][s] == k:
                         nt = notice_t[w2][s]
-                        send_reply(s, pcs[w2], nb, ready if ready > nt else nt, lnow, w2 * M + m, k)
+                        pull_send(pcs[w2], nb, ready if ready > nt else nt, lnow, w2 * M + m, k)
+                        if on_write:
+                            handed_over(s, pcs[w2], k, lnow)
                     else:
                         held[w2][s].append((nb, ready, w2 * M + m, k))
             elif notice_k[w][s] == k:
                 nt = notice_t[w][s]
-                send_reply(s, pcs[w], nb, ready if ready > nt else nt, lnow, token, k)
+                pull_send(pcs[w], nb, ready if ready > nt else nt, lnow, token, k)
             else:
                 held[w][s].append((nb, ready, token, k))
             if notice is not None:
@@ -742,7 +743,9 @@ class PsRun:
                 held[w][s] = []
                 conn = pull_conn[s][w]
                 for nb, ready, tok, kk in reply_order(waiting_pulls, nt, post_rank, msg_update, M):
-                    send_reply(s, conn, nb, ready if ready > nt else nt, lnow, tok, kk)
+                    pull_send(conn, nb, ready if ready > nt else nt, lnow, tok, kk)
+                    if on_write:
+                        handed_over(s, conn, kk, lnow)
 
         push_net.deliver = on_push
         pull_net.deliver = on_pull
