@@ -118,11 +118,10 @@ class LinkNetwork:
         self.active: dict[int, None] = {}  # insertion-ordered set of connections with a message moving
         self.dirty = False
         self.on_transfer: TransferFn | None = None  # for timelines
-        # Watches (`watch`): per connection with one, (bytes sent at which it fires, token, earliest
-        # time); the bytes given to each connection so far; a version per connection that stales the
-        # watch events already scheduled; the event kind they go under, and whom they call.
+        # Watches (`watch`): per connection with one, (bytes given to it by then, lead, token, earliest
+        # time); a version per connection that stales the watch events already scheduled; the event
+        # kind they go under, and whom they call.
         self.watches: dict[int, tuple[float, float, int, float]] = {}
-        self.c_given: list[float] = []
         self.c_wver: list[int] = []
         self.kind_watch: int | None = None
         self.on_watch: Callable[[int, float], None] | None = None
@@ -152,7 +151,6 @@ class LinkNetwork:
         self.c_sent.append(0.0)
         self.c_w.append(1.0)
         self.c_tag.append(-1)
-        self.c_given.append(0.0)
         self.c_wver.append(0)
         return len(self.c_up) - 1
 
@@ -167,7 +165,6 @@ class LinkNetwork:
         """Queue a message on `conn`, released at `release_s` (>= the previous message's release)."""
         q = self.c_queue[conn]
         q.append((release_s, nbytes, token, tag))
-        self.c_given[conn] += nbytes
         if len(q) == 1:
             self._head_arrived(conn, now)
 
@@ -325,7 +322,8 @@ class LinkNetwork:
         per connection: a new one replaces the last."""
         q = self.c_queue[conn]
         release = q[-1][0] if q else now
-        self.watches[conn] = (self.c_given[conn], lead_s, token, release)
+        given = self.c_sent[conn] + sum(message[1] for message in q)  # sent in full, plus all still queued
+        self.watches[conn] = (given, lead_s, token, release)
         self._check_watch(conn, now)
 
     def _check_watch(self, conn: int, now: float, moving: bool = True) -> None:
