@@ -5,7 +5,7 @@ gloo send completes once its last byte is in the socket: on the emulated cluster
 bytes arrive, whatever the messages' sizes and the nodes' quota (`benchmarks/send_completion.py`, raw
 `results/send_completion*.md`: what TCP keeps queued in the shaper). Workers that already have their
 parameters then push while the others still receive, as the traced real steps show
-(`results/step_parts/mlp-real-sync-w4-790Mbit-heldout83.md`: the shard posts 59 ms after its last
+(set 83's mlp trace, `benchmarks/shard_post_lead.py`: the shard posts 59 ms after its last
 update, the last worker has its parameters 117 ms after it). The fine method posted them once the
 last reply had arrived, and still does: with `fine_ps.POSTS_AHEAD_BY_SEND_LEAD` on and a network file's
 `send_lead` (`sgdscale netbench`, `CommModel.send_lead_s`) it posts once every reply would arrive within
