@@ -108,10 +108,10 @@ from sgdscale.variability import ComputeSampler
 # completes a send once its last byte is in the socket, 39-43 ms before the bytes arrive at 790 Mbit/s
 # on the emulated cluster (`benchmarks/send_completion.py`), and a traced real step shows the shard
 # posting 59 ms before its last worker has its parameters (`benchmarks/shard_post_lead.py`).
-# Modelled (`LinkNetwork.watch`), held out on set 84 and not kept: there fine was 6.7% / 8.4% with it and 6.6% / 8.4% without
-# (`benchmarks/results/send_lead-heldout84.md`); on the kept runs of sets 40-83 a lead of 40 ms moved 36
-# real-compute cases from 5.7% to 4.9% in the median and 54 replays from 3.2% to 3.6%
-# (`send_lead_tuning-{real,replay}.md`). What else keeps the runs' first workers ahead is not found.
+# Modelled (`LinkNetwork.watch`), held out on set 84 and not kept: there fine was 6.7% / 8.4% with it
+# and 6.6% / 8.4% without (`benchmarks/results/send_lead-heldout84.md`); on the kept runs of sets 40-83
+# a lead of 40 ms moved 36 real-compute cases from 5.7% to 4.9% in the median and 54 replays from 3.2%
+# to 3.6% (`send_lead_tuning-{real,replay}.md`). What else keeps the runs' first workers ahead is not found.
 POSTS_AHEAD_BY_SEND_LEAD = False
 
 
