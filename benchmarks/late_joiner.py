@@ -11,7 +11,12 @@ connections sit idle for `--idle-s` (a PS worker's connection idles between its 
 restarts an idle connection from a small window) or, in the `busy` mode, are kept warm with one
 transfer right before the barrier. Reported per mode: each sender's finish from the barrier and the
 late sender's finish against processor sharing (equal shares while all move, at the rate one sender
-alone measured).
+alone measured), and the late sender's weight: what it would weigh against each early flow's 1 for its
+first message to be in when it was, the link shared weighted max-min (`late_weight`; an upper bound
+where the early flows end before that message does). That weight is the fine method's
+`comm.sharing.LATE_JOINER_WEIGHT` (idle pairs, the median of the three configurations run:
+`late_joiner-730Mbit-q0.31-5senders`, `-3senders-60ms-30MB`, and `-250Mbit-q0.28` from its finish times).
+The 250 Mbit/s results predate the weight column.
 
     .venv/bin/python benchmarks/late_joiner.py [--bandwidth 250Mbit] [--cpu-quota 0.28] [--senders 3]
         [--mbytes 14] [--first-mbytes 5.12] [--late-ms 130] [--idle-s 2] [--repeats 4] [--no-slow-start-after-idle] [--tag NAME]
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -85,6 +91,35 @@ def fair_finish_s(senders: int, late_s: float, alone_s: float) -> float:
     return t1 + (1.0 - moved) / rate
 
 
+def late_first_s(weight: float, early: int, late_s: float, rate_Bps: float, nbytes: float, first_bytes: float) -> float:
+    """When the late flow's first `first_bytes` are in, if the receiver's link (`rate_Bps`) is shared weighted
+    max-min: `early` flows of `nbytes` from 0 with weight 1, the late one from `late_s` with `weight`."""
+    left = [max(0.0, nbytes - late_s * rate_Bps / early)] * early  # what each early flow has left at late_s
+    t, need = late_s, float(first_bytes)
+    while True:
+        moving = [x for x in left if x > 0.0]
+        total_weight = len(moving) + weight
+        late_rate, early_rate = rate_Bps * weight / total_weight, rate_Bps / total_weight
+        until_late = need / late_rate
+        until_early = min(moving) / early_rate if moving else math.inf
+        if until_late <= until_early:
+            return t + until_late
+        left = [max(0.0, x - early_rate * until_early) for x in left]
+        need -= late_rate * until_early
+        t += until_early
+
+
+def late_weight(measured_s: float, **flows) -> float:
+    """The largest weight of the late flow against the early ones' 1 that has its first message in no sooner
+    than `measured_s` under `late_first_s`'s sharing (bisection, 0.01-4). Where the early flows end before
+    that message does, every smaller weight fits too (the link is full either way): an upper bound."""
+    low, high = 0.01, 4.0
+    for _ in range(50):
+        mid = math.sqrt(low * high)
+        low, high = (mid, high) if late_first_s(mid, **flows) >= measured_s else (low, mid)
+    return math.sqrt(low * high)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bandwidth", default="250Mbit")
@@ -131,10 +166,15 @@ def main(argv: list[str]) -> int:
              f"for all {args.mbytes:g} MB. Equal sharing (processor sharing at that rate) has the late sender's "
              f"first message in at {fair_first * 1e3:.0f} ms and all of it at {fair * 1e3:.0f} ms. `idle`: the pairs "
              f"idle {args.idle_s:g} s before; `warm`: each pair just moved 4 KB. TCP slow start after idle: "
-             f"{'off' if args.no_slow_start_after_idle else 'on (the kernel default)'}.", "",
+             f"{'off' if args.no_slow_start_after_idle else 'on (the kernel default)'}. The late one's weight: what it "
+             "would weigh against each early flow's 1 for its first message to be in when it was, the receiver's "
+             "link shared weighted max-min at the rate alone (`late_weight`; per repeat, median (min-max)).", "",
              "| mode | message | " + " | ".join(f"sender {s}{' (late)' if s == args.senders else ''}" for s in
-                                                range(1, args.senders + 1)) + " | late one / equal sharing |",
-             "|---|---|" + "---:|" * (args.senders + 1)]
+                                                range(1, args.senders + 1)) + " | late one / equal sharing | late one's weight |",
+             "|---|---|" + "---:|" * (args.senders + 1) + "---|"]
+    flows = dict(early=args.senders - 1, late_s=config["late_s"], rate_Bps=rate, nbytes=config["bytes"],
+                 first_bytes=first_bytes)
+    weights = {}
     for mode in ("idle", "warm"):
         for k, label, expected in ((0, "first", fair_first), (1, "all", fair)):
             cells = []
@@ -142,11 +182,16 @@ def main(argv: list[str]) -> int:
                 values = [f[f"{s}.{k}"] for f in rows[mode]]
                 cells.append(f"{statistics.median(values) * 1e3:.0f} ({min(values) * 1e3:.0f}-{max(values) * 1e3:.0f}) ms")
             late = statistics.median(f[f"{args.senders}.{k}"] for f in rows[mode])
-            lines.append(f"| {mode} | {label} | " + " | ".join(cells) + f" | {late / expected:.2f} |")
+            weight = "-"
+            if k == 0:  # the late flow's weight while the early ones move, from each repeat's first message
+                fitted = [late_weight(f[f"{args.senders}.0"], **flows) for f in rows[mode]]
+                weights[mode] = fitted
+                weight = f"{statistics.median(fitted):.2f} ({min(fitted):.2f}-{max(fitted):.2f})"
+            lines.append(f"| {mode} | {label} | " + " | ".join(cells) + f" | {late / expected:.2f} | {weight} |")
     out = HERE / "results" / f"late_joiner-{args.tag}"  # the tag may hold dots: no with_suffix
     Path(f"{out}.json").write_text(json.dumps({"args": vars(args), "rows": rows, "alone_s": alone,
                                                     "fair_late_s": fair,
-                                                    "fair_late_first_s": fair_first}, indent=1) + "\n")
+                                                    "fair_late_first_s": fair_first, "late_weights": weights}, indent=1) + "\n")
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
