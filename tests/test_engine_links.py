@@ -103,17 +103,34 @@ def test_a_newcomer_out_of_a_node_whose_cpu_is_busy_shares_equally(busy_until, f
     assert out[2] == pytest.approx(6.0)
 
 
-def test_flows_into_one_node_share_its_link_whichever_started_first():
-    # The same two flows from two nodes into one 10 B/s downlink (as pushes into a shard): the
-    # newcomer shares equally (benchmarks/head_start.py, incast), A done at 5, B at 6.
-    net = LinkNetwork(EventQueue(), [100.0, 100.0, 10.0], 0.0, newcomer_weight=0.1)
+@pytest.mark.parametrize("cls", [LinkNetwork, StarNetwork])
+@pytest.mark.parametrize("late, first_done", [(1.0, 5.0), (0.5, 4.0)])
+def test_a_late_joiner_into_a_busy_node_gets_its_weight_there(cls, late, first_done):
+    # The same two flows from two nodes into one 10 B/s downlink (as pushes into a shard); the sender's
+    # rule (newcomer 0.1) does not apply: each has its own uplink. Late joiners at 1.0 (plain TCP,
+    # benchmarks/head_start.py): equal sharing, A done at 5. At 0.5 (gloo, benchmarks/late_joiner.py):
+    # A, 20 B left at t=1, gets 10/1.5 B/s and is done at 1 + 3 = 4. B ends at 6 either way.
+    net = cls(EventQueue(), [100.0, 100.0, 10.0], 0.0, newcomer_weight=0.1, late_joiner_weight=late)
     a = net.add_connection(0, 2)
     b = net.add_connection(1, 2)
     net.send(a, 30.0, 0.0, 0.0, token=1)
     net.send(b, 30.0, 1.0, 0.0, token=2)
     out = {tok: t for t, tok, _ in run_network(net)}
-    assert out[1] == pytest.approx(5.0)
+    assert out[1] == pytest.approx(first_done)
     assert out[2] == pytest.approx(6.0)
+
+
+def test_flows_that_start_together_into_one_node_are_no_late_joiners():
+    # Both from t=0 into the 10 B/s downlink: equal shares whatever the late joiner's weight, A (10 B)
+    # done at 2, B (30 B) at 4.
+    net = LinkNetwork(EventQueue(), [100.0, 100.0, 10.0], 0.0, late_joiner_weight=0.1)
+    a = net.add_connection(0, 2)
+    b = net.add_connection(1, 2)
+    net.send(a, 10.0, 0.0, 0.0, token=1)
+    net.send(b, 30.0, 0.0, 0.0, token=2)
+    out = {tok: t for t, tok, _ in run_network(net)}
+    assert out[1] == pytest.approx(2.0)
+    assert out[2] == pytest.approx(4.0)
 
 
 @pytest.mark.parametrize("passes_on, x_done", [(False, 3.2), (True, 3.0 + 20.0 / 11.0 / 5.0)])
@@ -165,6 +182,8 @@ def test_a_newcomer_holds_the_link_once_the_flows_it_yielded_to_have_gone(monkey
 def test_newcomer_weight_must_be_a_fraction():
     with pytest.raises(ValueError, match="newcomer_weight"):
         LinkNetwork(EventQueue(), [1.0], 0.0, newcomer_weight=0.0)
+    with pytest.raises(ValueError, match="late_joiner_weight"):
+        LinkNetwork(EventQueue(), [1.0], 0.0, late_joiner_weight=1.5)
 
 
 def test_messages_on_one_connection_are_fifo_and_released_on_time():
@@ -221,13 +240,14 @@ def test_bytes_are_conserved_and_links_never_exceed_capacity(caps, msgs):
     sigma=st.sampled_from([0.0, 0.13, 0.6]),
     seed=st.integers(0, 2**31),
     newcomer=st.sampled_from([1.0, 0.1]),
+    late=st.sampled_from([1.0, 0.4]),
     passes_on=st.booleans(),
 )
 def test_star_network_equals_max_min_network(senders, fan_in, private, shared, alpha, msgs, sigma, seed, newcomer,
-                                              passes_on):
+                                              late, passes_on):
     """The virtual-time star model gives the same deliveries as progressive filling, with equal
-    sharing, with per-burst weights (generalized processor sharing at the hub) and with the flows
-    already moving first."""
+    sharing, with per-burst weights (generalized processor sharing at the hub), with the flows
+    already moving first and with late joiners last."""
     caps = [private] * senders + [shared]
     # fan-in: private uplinks into one shared downlink (pushes); fan-out: the reverse (pulls).
     pairs = [(i, senders) if fan_in else (senders, i) for i in range(senders)]
@@ -235,7 +255,8 @@ def test_star_network_equals_max_min_network(senders, fan_in, private, shared, a
     results = []
     with mock.patch.object(links, "INCUMBENCY_PASSES_ON", passes_on):
         for cls in (LinkNetwork, StarNetwork):
-            net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer)
+            net = cls(EventQueue(), caps, alpha, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer,
+                      late_joiner_weight=late)
             conns = [net.add_connection(*pair) for pair in pairs]
             last = [0.0] * senders
             for token, (who, nbytes, release) in enumerate(sorted(msgs, key=lambda m: m[2])):

@@ -190,10 +190,12 @@ def _notices_ahead_of_pushes(sigma):
 
 
 def test_a_notice_goes_ahead_of_pushes_only_when_the_shard_has_not_posted():
-    """Equal sharing (and no incumbents first): every worker gets its parameters at once, the shard
-    has posted before anyone ends backward, every notice follows the pushes. Unequal sharing: some workers start early,
-    end backward before the shard posts, and their notices overtake their waiting pushes."""
-    assert _notices_ahead_of_pushes(0.0) == 0
+    """Equal sharing (no incumbents first, no late joiners last): every worker gets its parameters at
+    once, the shard has posted before anyone ends backward, every notice follows the pushes. Unequal
+    sharing: some workers start early, end backward before the shard posts, and their notices overtake
+    their waiting pushes."""
+    with mock.patch.object(sharing, "LATE_JOINER_WEIGHT", 1.0):
+        assert _notices_ahead_of_pushes(0.0) == 0
     assert _notices_ahead_of_pushes(1.0) > 0
 
 
@@ -365,15 +367,17 @@ def test_measured_network_bandwidth_scales_every_nic():
     assert nic_capacities_Bps(cluster, CommModel.from_link(10e9, 1e-5))[0][0] == 10e9 / 8
 
 
-@pytest.mark.parametrize("sigma,newcomer,pushes_equal", [(0.0, 1.0, "never"), (0.13, 1.0, "never"),
-                                                         (0.13, 0.1, "never"), (0.13, 0.1, "sync")])
+@pytest.mark.parametrize("sigma,newcomer,late,pushes_equal", [
+    (0.0, 1.0, 1.0, "never"), (0.13, 1.0, 1.0, "never"), (0.13, 0.1, 1.0, "never"), (0.13, 0.1, 1.0, "sync"),
+    (0.0, 1.0, 0.5, "never"), (0.13, 0.1, 0.5, "sync")])
 @pytest.mark.parametrize("kind", ["ps-sync", "ps-async"])
 @pytest.mark.parametrize("workers,shards,server_bw", [(12, 1, 1e9), (12, 2, 1e9), (12, 3, 2e9), (3, 2, 1e10),
                                                      (6, 2, 1e8)])
-def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma, newcomer, pushes_equal):
+def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, sigma, newcomer, late, pushes_equal):
     """The virtual-time star shortcut (with its fallback) changes nothing but speed, with equal or
     weighted sharing (CommModel.share_weight_sigma), with the flows already moving first
-    (CommModel.newcomer_share_weight) and with sync pushes exempt from it (sharing.PUSHES_SHARE_EQUALLY)."""
+    (CommModel.newcomer_share_weight), with late joiners last (sharing.LATE_JOINER_WEIGHT) and with sync
+    pushes exempt from the first rule (sharing.PUSHES_SHARE_EQUALLY)."""
     profile = make_profile(layers=8, samples=4, optimizer_s=0.002)
     cluster = Cluster(workers, bandwidth_bps=1e9, latency_s=3e-5, ps_count=shards, ps_bandwidth_bps=server_bw)
     strategy = Strategy(kind=kind, grouping="per-tensor")
@@ -383,10 +387,12 @@ def test_star_shortcut_equals_general_network(kind, workers, shards, server_bw, 
     for star in (True, False):
         sampler = ComputeSampler(profile, cluster, seed=5)
         rows = np.array([sampler.draw_rows() for _ in range(12)]).reshape(12, workers)
-        with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal):
+        with mock.patch.object(sharing, "PUSHES_SHARE_EQUALLY", pushes_equal), \
+                mock.patch.object(sharing, "LATE_JOINER_WEIGHT", late):
             sim = run_ps(profile, cluster, comm, plan, sampler, rows, kind == "ps-sync", 2, star=star)
         # Weighted sharing keeps the shortcut, except on server NICs faster than the workers'.
-        assert (type(sim.push_net) is StarNetwork) == (star and ((sigma == 0.0 and newcomer == 1.0) or server_bw <= 1e9))
+        equal = sigma == 0.0 and newcomer == 1.0 and late == 1.0
+        assert (type(sim.push_net) is StarNetwork) == (star and (equal or server_bw <= 1e9))
         ends.append(np.array(sim.ends))
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)
 

@@ -34,7 +34,9 @@ shards of its late workers by bytes (`sgdscale.coarse.models.LATE_SHARE_SHARDS`,
 weights all land on one of `mlp-pssync`'s two shards): every case counts every shard, as recorded;
 nor is the fine method's shard spending its transport CPU beside the wire while its pushes slow as it
 replies (`sgdscale.fine.ps.RECEIVE_OVERLAPS_TRANSFER`, `sgdscale.comm.sharing.RECEIVE_SHARE_WHILE_SENDING`,
-since set 78): every case charges it in series with independent directions, as recorded.
+since set 78): every case charges it in series with independent directions, as recorded; nor are late
+joiners into a busy node last (`sgdscale.comm.sharing.LATE_JOINER_WEIGHT`, since set 85): every case
+shares a node's incoming link equally, as recorded.
 """
 
 import dataclasses
@@ -59,14 +61,15 @@ REFERENCE = json.loads((Path(__file__).parent / "data" / "flat_reference.json").
 
 @pytest.fixture(autouse=True)
 def _as_recorded(monkeypatch):
-    """The fitted line beyond the curve, the plain MVA, every shard counted and the shard's transport CPU in
-    series, as recorded (module docstring)."""
+    """The fitted line beyond the curve, the plain MVA, every shard counted, the shard's transport CPU in
+    series and no late joiners, as recorded (module docstring)."""
     monkeypatch.setattr(cost, "BEYOND_SLOPE", "fitted line")
     monkeypatch.setattr(coarse_models, "SERVICE_CV2", dict.fromkeys(coarse_models.SERVICE_CV2, 1.0))
     monkeypatch.setattr(coarse_models, "LATE_SHARE_SHARDS", "count")
     monkeypatch.setattr(fine_ps, "RECEIVE_OVERLAPS_TRANSFER", False)
     monkeypatch.setattr(fine_ps, "SEND_OVERLAPS_TRANSFER", False)
     monkeypatch.setattr(sharing, "RECEIVE_SHARE_WHILE_SENDING", 1.0)
+    monkeypatch.setattr(sharing, "LATE_JOINER_WEIGHT", 1.0)
 
 
 def _run(case, allreduce="flat"):

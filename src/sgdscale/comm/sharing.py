@@ -44,6 +44,21 @@ import numpy as np
 # (`benchmarks/outcast_weight.py`, `benchmarks/results/newcomer_weight_outcast_heldout*.md`).
 NEWCOMER_SHARE_WEIGHT = 0.22
 
+# Late joiners last: a flow that starts into a node whose downlink has been busy since before it starts
+# gets this weight relative to the flows already coming in, for its whole burst. Measured with gloo, as the
+# parameter server sends (`benchmarks/late_joiner.py`: senders push 14 or 30 MB each, a 5.12 MB message
+# first, into one node over pairs idle between repeats, as a worker's push connection idles between steps,
+# the last sender late; its weight is what has its first message in when it was under weighted sharing):
+# 0.51 (0.50-0.52) with 4 early senders and one 160 ms late (730 Mbit/s, 0.31 cores), 0.21 (0.01-0.22) with
+# 2 early and one 60 ms late (30 MB each, same cluster), 0.65 with 2 early and one 130 ms late (250 Mbit/s,
+# 0.28 cores). Plain TCP flows shared a receiver about equally (`benchmarks/head_start.py`: 0.99-1.00), so
+# it is gloo's, not TCP's alone. The median of the three. Found on set 84's mobilenet_v2 replay, whose last
+# worker's first big push came in 672 ms after the first backward end where fine had 515. Re-predicting the
+# kept runs (`benchmarks/late_joiner_tuning.py`, a tuning look): sync PS real 6.8% -> 6.1%, sync replays
+# 3.2% / 12.9% -> 2.6% / 10.6%, async 4.2% / 22.1% -> 4.3% / 28.0%; held out on set 85. 1.0: flows into one
+# node share it as their burst weights say, whoever came first (before).
+LATE_JOINER_WEIGHT = 0.51
+
 # Where a worker's pushes share equally instead of incumbents first. The newcomer's weight above was
 # measured for TCP flows out of one node whose link binds, but the simulation gives a message its
 # weight on both its links: a push that starts while its worker's NIC sends to another shard keeps

@@ -22,6 +22,7 @@ import numpy as np
 
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
+from sgdscale.comm import sharing
 from sgdscale.comm.sharing import couple_duplex, pushes_yield, simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale.fine.engine import Dag
@@ -131,7 +132,8 @@ def ps_sync_dag(profile: Profile, cluster: Cluster, strategy: Strategy, comm: Co
     # The same weights as the fast loop's two networks: pushes are connections 0..nS-1, pulls nS...
     newcomer = topology.nic.newcomer_share_weight
     sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
-    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer)
+    net = LinkNetwork(queue, caps, topology.alpha_s, weight_sigma=sigma, seed=seed, newcomer_weight=newcomer,
+                      late_joiner_weight=sharing.LATE_JOINER_WEIGHT)
     yields = pushes_yield(True, n, shards)  # the fast loop's rule for sync pushes
     push = [[net.add_connection(w, 2 * n + shards + s, yields) for s in range(shards)] for w in range(n)]
     pull = [[net.add_connection(2 * n + s, w if half_duplex_pairs else n + w) for w in range(n)]

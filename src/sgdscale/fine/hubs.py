@@ -61,9 +61,10 @@ class StarNetwork(LinkNetwork):
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
                  kinds: NetKinds = PUSH_KINDS, shared: set[int] | None = None,
-                 weight_sigma: float = 0.0, seed: int = 0, key_offset: int = 0, newcomer_weight: float = 1.0) -> None:
+                 weight_sigma: float = 0.0, seed: int = 0, key_offset: int = 0, newcomer_weight: float = 1.0,
+                 late_joiner_weight: float = 1.0) -> None:
         super().__init__(queue, capacities_Bps, alpha_s, kinds, weight_sigma=weight_sigma, seed=seed,
-                         key_offset=key_offset, newcomer_weight=newcomer_weight)
+                         key_offset=key_offset, newcomer_weight=newcomer_weight, late_joiner_weight=late_joiner_weight)
         self.hub_set = set(shared) if shared is not None else None
         nl = len(self.cap)
         # Per hub: active connections, rate per unit weight (dV/dt), virtual clock and its time,
@@ -262,7 +263,7 @@ class StarNetwork(LinkNetwork):
         self.c_act_s[conn] = now
         if self.weighted:
             w = self.burst_weight(conn, tag)  # a new burst starts, as in LinkNetwork
-            if self.newcomers_yield:  # LinkNetwork's rule on the sender's link: the hub or the edge
+            if self.newcomers_yield:  # LinkNetwork's rules on the sender's link and the receiver's: hub or edge
                 edge = self.c_edge[conn]
                 hub_side, edge_side = (h, self.s_k[h]), (edge, self.e_k[edge])
                 w = self._yield_to_incumbents(w, now, *((hub_side, edge_side) if self.c_up[conn] == h

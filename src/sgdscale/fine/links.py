@@ -50,13 +50,15 @@ class LinkNetwork:
 
     def __init__(self, queue: EventQueue, capacities_Bps: list[float], alpha_s: float,
                  kinds: NetKinds = PUSH_KINDS, weight_sigma: float = 0.0, seed: int = 0,
-                 key_offset: int = 0, newcomer_weight: float = 1.0) -> None:
+                 key_offset: int = 0, newcomer_weight: float = 1.0, late_joiner_weight: float = 1.0) -> None:
         if any(not c > 0 for c in capacities_Bps):
             raise ValueError("link capacities must be positive")
         if not weight_sigma >= 0.0:
             raise ValueError("weight_sigma must be >= 0")
         if not 0.0 < newcomer_weight <= 1.0:
             raise ValueError("newcomer_weight must be in (0, 1]")
+        if not 0.0 < late_joiner_weight <= 1.0:
+            raise ValueError("late_joiner_weight must be in (0, 1]")
         # Unequal sharing (TCP flows into one link do not finish together): a connection's messages
         # of one tag (the parameter-server simulation tags them with their step) are one burst with
         # one weight exp(sigma * z), z standard normal; links are shared weighted max-min.
@@ -68,8 +70,12 @@ class LinkNetwork:
         # start leaves the newcomer about a fifth of the link; into one receiver, none). Messages
         # that start together share as before, whatever order the simulation starts them in.
         self.weight_sigma = float(weight_sigma)
+        # Late joiners last (`late_joiner_weight` < 1, `sgdscale.comm.sharing.LATE_JOINER_WEIGHT`): a message
+        # that starts moving into a node whose link has been busy since before now has its weight
+        # multiplied by late_joiner_weight (gloo's senders into one node, `benchmarks/late_joiner.py`).
         self.newcomer_weight = float(newcomer_weight)
-        self.newcomers_yield = newcomer_weight < 1.0
+        self.late_joiner_weight = float(late_joiner_weight)
+        self.newcomers_yield = newcomer_weight < 1.0 or late_joiner_weight < 1.0  # who came first matters
         self.weighted = weight_sigma > 0.0 or self.newcomers_yield
         self.seed = int(seed)
         self.key_offset = int(key_offset)  # connection c draws as connection key_offset + c
@@ -185,7 +191,7 @@ class LinkNetwork:
             l_n = self.l_n
             if self.weighted:
                 weight = self.burst_weight(conn, tag)
-                if self.newcomers_yield:  # on the sender's link only (benchmarks/head_start.py)
+                if self.newcomers_yield:  # who came first on the sender's link and on the receiver's
                     weight = self._yield_to_incumbents(weight, now, (up, l_n[up]), (down, l_n[down]),
                                                        self.c_yields[conn], conn)
                 self.c_w[conn] = weight
@@ -273,10 +279,11 @@ class LinkNetwork:
                              yields: bool = True, conn: int = -1) -> float:
         """The weight of a message starting now from the `sender`'s link to the `receiver`'s ((link, its
         active connections) pairs): times newcomer_weight if the sender's link has been busy since
-        before now and the sender's CPU is not busy (`sender_busy_until`). Idle links are marked busy
-        from now. Only the sender's link: flows out of one node share its link the way the first to
-        start wants, flows from several nodes into one share the receiver's link equally whichever
-        started first (`benchmarks/head_start.py`). `yields=False`: the weight as it is (links still marked).
+        before now and the sender's CPU is not busy (`sender_busy_until`), and times late_joiner_weight
+        if the receiver's link has been busy since before now. Idle links are marked busy from now.
+        Flows out of one node share its link the way the first to start wants (`benchmarks/head_start.py`);
+        gloo's flows from several nodes into one leave a late one less than its share
+        (`benchmarks/late_joiner.py`). `yields=False`: the sender's rule does not apply (links still marked).
         `conn` (the newcomer, activated and not yet counted on its links): it takes its full weight
         back when the last of those incumbents stops (INCUMBENCY_PASSES_ON)."""
         since, busy = self.l_since, self.sender_busy_until
@@ -284,6 +291,8 @@ class LinkNetwork:
         if yields and active and since[link] < now and (busy is None or busy[link] <= now) and (
                 not INCUMBENCY_PASSES_ON or conn < 0 or self._note_incumbents(conn, link, now)):
             weight *= self.newcomer_weight
+        if receiver[1] and since[receiver[0]] < now:
+            weight *= self.late_joiner_weight
         for link, active in (sender, receiver):
             if not active:
                 since[link] = now

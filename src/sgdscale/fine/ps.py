@@ -12,8 +12,9 @@ the simulator runs that DAG for every worker and iteration on shared resources:
   colocated shards use their node's NIC, local traffic the intra-node link. Rates come from the
   topology (a measured network file scales them all). A message from A to B is a flow over
   A's uplink and B's downlink; one connection (TCP stream) per (worker, shard) pair and direction
-  sends its messages FIFO; concurrent connections share links max-min fairly
-  (`sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
+  sends its messages FIFO; concurrent connections share links max-min fairly, weighted: flows
+  already leaving a node first, flows late into a busy node last (`sgdscale.comm.sharing`,
+  `sgdscale.fine.links`); each message is delivered the NIC's latency alpha after its last byte left;
   while a dedicated shard's uplink sends, its downlink carries only part of its capacity (the
   acknowledgements of the pushes queue behind the replies: `sgdscale.comm.sharing.couple_duplex`);
 - server shards: FIFO resources; applying a message costs its share of the profile's optimizer
@@ -83,6 +84,7 @@ import numpy as np
 from sgdscale.cluster import Cluster
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.interference import compute_while_sending, ps_compute_slowdown
+from sgdscale.comm import sharing
 from sgdscale.comm.sharing import couple_duplex, pushes_yield, receive_share_while_sending, simulated_weight_sigma
 from sgdscale.comm.topology import Topology
 from sgdscale import cpu_quota
@@ -311,18 +313,19 @@ class PsRun:
         # NICs shared by several devices or colocated servers are not stars: general network.
         newcomer = topology.nic.newcomer_share_weight
         sigma = simulated_weight_sigma(topology.nic.share_weight_sigma, newcomer)
+        late = sharing.LATE_JOINER_WEIGHT
         star = star and not links.shared_nics and not (sync and POSTS_AHEAD_BY_SEND_LEAD
                                                                    and topology.nic.send_lead_s > 0.0)
         # Interference (comm.interference): a worker's backward slows while its own uplink sends its pushes.
         self.compute_slowdown = ps_compute_slowdown(topology.nic)
 
         def network(caps, pairs, kinds, hubs, key_offset, yields=True):
-            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0):
+            if star and StarNetwork.applies(caps, pairs, hubs, weighted=sigma > 0.0 or newcomer < 1.0 or late < 1.0):
                 net = StarNetwork(self.q, caps, alpha, kinds, shared=hubs, weight_sigma=sigma, seed=seed,
-                                  key_offset=key_offset, newcomer_weight=newcomer)
+                                  key_offset=key_offset, newcomer_weight=newcomer, late_joiner_weight=late)
             else:
                 net = LinkNetwork(self.q, caps, alpha, kinds, weight_sigma=sigma, seed=seed, key_offset=key_offset,
-                                  newcomer_weight=newcomer)
+                                  newcomer_weight=newcomer, late_joiner_weight=late)
             conns = [net.add_connection(up, down, yields) for up, down in pairs]
             return net, conns
 
