@@ -15,11 +15,12 @@ alone measured), and the late sender's weight: what it would weigh against each 
 first message to be in when it was, the link shared weighted max-min (`late_weight`; an upper bound
 where the early flows end before that message does). That weight is the fine method's
 `comm.sharing.LATE_JOINER_WEIGHT` (idle pairs, the median of the three configurations run:
-`late_joiner-730Mbit-q0.31-5senders`, `-3senders-60ms-30MB`, and `-250Mbit-q0.28` from its finish times).
-The 250 Mbit/s results predate the weight column.
+`late_joiner-730Mbit-q0.31-5senders`, `-3senders-60ms-30MB`, and `-250Mbit-q0.28`, which predates the
+weight column: `--weights-of results/late_joiner-250Mbit-q0.28.json` fits it from the kept finish times).
 
     .venv/bin/python benchmarks/late_joiner.py [--bandwidth 250Mbit] [--cpu-quota 0.28] [--senders 3]
         [--mbytes 14] [--first-mbytes 5.12] [--late-ms 130] [--idle-s 2] [--repeats 4] [--no-slow-start-after-idle] [--tag NAME]
+    .venv/bin/python benchmarks/late_joiner.py --weights-of results/late_joiner-TAG.json   (no runs)
 Raw output: benchmarks/results/late_joiner-<tag>.{md,json}.
 """
 
@@ -135,7 +136,22 @@ def main(argv: list[str]) -> int:
                         help="set net.ipv4.tcp_slow_start_after_idle=0 on every node (Linux restarts an idle "
                              "connection from a small window by default)")
     parser.add_argument("--tag", default="250Mbit-q0.28")
+    parser.add_argument("--weights-of", metavar="JSON",
+                        help="no runs: print the late sender's weights from a kept results JSON (one made before "
+                             "the weight column, too)")
     args = parser.parse_args(argv)
+    if args.weights_of:
+        kept = json.loads(Path(args.weights_of).read_text())
+        a = kept["args"]
+        first = int(a["first_mbytes"] * 1e6) // 4 * 4
+        nbytes = int(a["mbytes"] * 1e6) // 4 * 4
+        flows = dict(early=a["senders"] - 1, late_s=a["late_ms"] / 1e3, rate_Bps=nbytes / kept["alone_s"],
+                     nbytes=nbytes, first_bytes=first)
+        for mode in ("idle", "warm"):
+            fitted = [late_weight(f[f"{a['senders']}.0"], **flows) for f in kept["rows"][mode]]
+            print(f"{mode}: the late sender's weight {statistics.median(fitted):.2f} "
+                  f"({min(fitted):.2f}-{max(fitted):.2f}) over {len(fitted)} repeats")
+        return 0
     from sgdscale.runtime.launch import launch
     from sgdscale.runtime.testbed import Testbed
     from sgdscale.units import parse_bandwidth_bps

@@ -1,7 +1,7 @@
 """Late joiners into a busy node, in the fine method: what the rule moves on the kept runs (no runs).
 
 gloo's senders into one node do not share its link equally: one that starts while the others already
-move gets less than its share (`benchmarks/late_joiner.py`: a weight of 0.21-0.65 against each early
+move gets less than its share (`benchmarks/late_joiner.py`: a weight of 0.21-0.64 against each early
 flow's 1, three configurations, raw `results/late_joiner-*.md`), where plain TCP flows share about
 equally (`benchmarks/head_start.py`). In sync PS the workers whose backward ends last push into a shard
 whose link the first ones fill; async workers push at their own times. The fine method gives such a

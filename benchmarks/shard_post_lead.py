@@ -22,7 +22,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = ["results/step_parts/mlp-real-sync-w4-790Mbit-heldout83.trace.json.gz",
-           "results/step_parts/bert-real-sync-w5-580Mbit-heldout82.trace.json.gz"]
+           "results/step_parts/bert-real-sync-w5-580Mbit-heldout82.trace.json.gz",
+           "results/step_parts/replay-mobilenet_v2-sync-w5-730Mbit-heldout84.trace.json.gz"]
 
 
 def post_lead(path: Path) -> tuple[int, int, list[float]]:
