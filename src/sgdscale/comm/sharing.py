@@ -50,13 +50,15 @@ NEWCOMER_SHARE_WEIGHT = 0.22
 # first, into one node over pairs idle between repeats, as a worker's push connection idles between steps,
 # the last sender late; its weight is what has its first message in when it was under weighted sharing):
 # 0.51 (0.50-0.52) with 4 early senders and one 160 ms late (730 Mbit/s, 0.31 cores), 0.21 (0.01-0.22) with
-# 2 early and one 60 ms late (30 MB each, same cluster), 0.65 with 2 early and one 130 ms late (250 Mbit/s,
+# 2 early and one 60 ms late (30 MB each, same cluster), 0.64 with 2 early and one 130 ms late (250 Mbit/s,
 # 0.28 cores). Plain TCP flows shared a receiver about equally (`benchmarks/head_start.py`: 0.99-1.00), so
 # it is gloo's, not TCP's alone. The median of the three. Found on set 84's mobilenet_v2 replay, whose last
 # worker's first big push came in 672 ms after the first backward end where fine had 515. Re-predicting the
 # kept runs (`benchmarks/late_joiner_tuning.py`, a tuning look): sync PS real 6.8% -> 6.1%, sync replays
-# 3.2% / 12.9% -> 2.6% / 10.6%, async 4.2% / 22.1% -> 4.3% / 28.0%; held out on set 85. 1.0: flows into one
-# node share it as their burst weights say, whoever came first (before).
+# 3.2% / 12.9% -> 2.6% / 10.6%, async 4.2% / 22.1% -> 4.3% / 28.0%. Held out on set 85 and kept: its three
+# sync cases 1.7% / 5.1% against 4.2% / 5.3% without, its two async ones -13.2% and -11.4% against -13.2%
+# and -11.1% (`benchmarks/results/late_joiner-heldout85-{sync,async}.md`). 1.0: flows into one node share it
+# as their burst weights say, whoever came first (before).
 LATE_JOINER_WEIGHT = 0.51
 
 # Where a worker's pushes share equally instead of incumbents first. The newcomer's weight above was
