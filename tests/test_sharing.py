@@ -15,7 +15,7 @@ from sgdscale.cli import main
 from sgdscale.comm import CommModel, load_network
 from sgdscale.comm.network import (SHARING_MIN_BYTES, AlphaBeta, BenchPoint, Network, Sharing, fit_share_weight_sigma,
                                    sharing_from_points, startup_s)
-from sgdscale.comm.sharing import NEWCOMER_SHARE_WEIGHT, UNMEASURED_WEIGHT_SIGMA, first_over_last, simulated_weight_sigma
+from sgdscale.comm.sharing import LATE_JOINER_WEIGHT, NEWCOMER_SHARE_WEIGHT, UNMEASURED_WEIGHT_SIGMA, first_over_last, simulated_weight_sigma
 from sgdscale.jsonio import write_json_atomic
 from sgdscale.runtime import netbench as nb
 
@@ -220,8 +220,18 @@ def test_a_prediction_says_when_it_shares_links_unequally(tmp_path, capsys):
         header = capsys.readouterr().out.splitlines()[0]
         assert ("links shared unequally (measured, sigma 0.20)" in header) is shown
         assert ("flows already leaving a node first (a newcomer weighs 0.22)" in header) is shown
+        assert ("a late joiner into a busy node weighs 0.51 (fine)" in header) is shown
         comm = json.loads(out.read_text())["inputs"]["comm"]
         assert comm["share_weight_sigma"] == 0.2 and comm["newcomer_share_weight"] == NEWCOMER_SHARE_WEIGHT == 0.22
+        assert comm["late_joiner_weight"] == LATE_JOINER_WEIGHT == 0.51
+
+
+def test_a_prediction_from_nominal_figures_names_the_late_joiner_rule(capsys):
+    """Late joiners last is gloo's, not one cluster's measurement: nominal PS predictions name it too."""
+    main(["predict", "mlp", "--strategy", "ps-async", "--workers", "2", "--iterations", "5"])
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "a late joiner into a busy node weighs 0.51 (fine)" in header
+    assert "links shared unequally" not in header
 
 
 def test_the_flows_already_moving_go_first_in_every_prediction():

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sgdscale.cluster import Cluster
+from sgdscale.comm import sharing
 from sgdscale.comm.cost import CommModel
 from sgdscale.comm.topology import Topology
 from sgdscale.errors import UserError
@@ -152,6 +153,7 @@ def describe_inputs(profile: Profile, cluster: Cluster, strategy: Strategy, comm
             "worker_cpu_s_per_message": comm.worker_cpu_s_per_message,
             "share_weight_sigma": comm.share_weight_sigma,
             "newcomer_share_weight": comm.newcomer_share_weight,
+            "late_joiner_weight": sharing.LATE_JOINER_WEIGHT,  # the fine method's PS links
             "interference": (None if getattr(comm, "interference", None) is None else
                              {"compute_slowdown": comm.interference.compute_slowdown,
                               "comm_slowdown": comm.interference.comm_slowdown}),

@@ -23,6 +23,8 @@ def header_line(prediction: Prediction) -> str:
         network += f", links shared unequally (measured, sigma {comm['share_weight_sigma']:.2f})"
         if comm.get("newcomer_share_weight", 1.0) < 1.0:  # sgdscale.comm.sharing.NEWCOMER_SHARE_WEIGHT
             network += f", flows already leaving a node first (a newcomer weighs {comm['newcomer_share_weight']:g})"
+    if kind != "allreduce" and comm.get("late_joiner_weight", 1.0) < 1.0:  # sgdscale.comm.sharing.LATE_JOINER_WEIGHT
+        network += f", a late joiner into a busy node weighs {comm['late_joiner_weight']:g} (fine)"
     if kind == "allreduce" and comm.get("measured_allreduce_workers"):
         network += f" (measured fits for {','.join(map(str, comm['measured_allreduce_workers']))} workers)"
     if kind == "allreduce":
