@@ -83,14 +83,15 @@ TARGETS = {"fine": (0.03, 0.08), "coarse": (0.06, None)}  # (median, max) of the
 # - set 85 (sync and async PS, real compute and a replay, one and two shards) was held out for late joiners into
 #   a busy node (`sgdscale.comm.sharing.LATE_JOINER_WEIGHT`), kept: every fine PS prediction of earlier sets
 #   changed, from a measured file, nominal figures and the budget alike (`fine_from`: 85); coarse unchanged.
+# - set 86 (sync and async PS, real compute and replays, one and two shards): no predictor change since set 85.
 CURRENT = {
     "allreduce": {"sets": (61, 62, 64, 65, 72, 73, 74), "nominal_from": 61, "budget_from": 61, "real_fine_except": (73,)},
     "ps-sync": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 68, 70, 71, 75, 76, 77, 78, 79, 80, 82, 83,
-                         84, 85),
+                         84, 85, 86),
                 "nominal_from": 44, "budget_from": 48, "budget_except": (49,), "coarse_except": (64, 68, 70, 71, 75, 76),
                 "fine_from": 85},
     "ps-async": {"sets": (40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 55, 57, 60, 63, 64, 66, 67, 68, 69, 70, 78, 79, 80, 81, 83,
-                          85),
+                          85, 86),
                  "nominal_from": 44, "budget_from": 48, "budget_except": (49,), "coarse_from": 66, "coarse_except": (68,),
                  "fine_from": 85},
 }
