@@ -5,10 +5,12 @@ and fine 13-20% too slow on both, while the kept replays of the built-in profile
 right on them. This replays, asleep and interleaved over rounds on one emulated cluster, set 86's small
 bert profile at its own compute and with every compute time scaled up, and the built-in bert profile, and
 sets each beside fine's prediction (as `validate` predicts a replay): which property of a profile the
-state follows. Each run's iterations are chosen from fine's step so that its window is about
+state follows (`--sized`: the same profile with its bytes and compute times scaled together, which
+changes nothing for fine but each message's latency). Each run's iterations are chosen from fine's step so that its window is about
 `--window-s` long.
 
-    .venv/bin/python benchmarks/async_shape_scan.py [--rounds 2] [--scales 1,4] [--output NAME]
+    .venv/bin/python benchmarks/async_shape_scan.py [--rounds 2] [--scales 1,4] [--sized 8] [--builtin bert]
+        [--output NAME]
 
 Raw output: benchmarks/results/<output>.md and <output>/ (the scaled profiles and each run's measurement).
 """
@@ -51,6 +53,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--scales", default="1,4", help="compute scales of set 86's bert profile")
+    parser.add_argument("--sized", default="", help="scales of set 86's bert profile's bytes and compute times "
+                        "together (the same shape, its messages k times larger and its steps k times longer)")
     parser.add_argument("--builtin", default="bert", help="a built-in profile replayed beside them ('' for none)")
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--bandwidth", default="570Mbit")
@@ -66,6 +70,15 @@ def main(argv: list[str]) -> int:
         path = folder / f"bert-small-compute-x{scale:g}.json"
         save_profile(to_step_time(base, base.compute_s * scale, same_device=True), path)
         variants[f"set 86's bert, compute x{scale:g}"] = path
+    for scale in (float(s) for s in args.sized.split(",") if s.strip()):
+        data = to_step_time(base, base.compute_s * scale, same_device=True).to_json()
+        for layer in data["layers"]:
+            for tensor in layer["params"]:
+                tensor["numel"] = int(tensor["numel"] * scale)
+                tensor["bytes"] = int(tensor["bytes"] * scale)
+        path = folder / f"bert-small-sized-x{scale:g}.json"
+        path.write_text(json.dumps(data, indent=1) + "\n")
+        variants[f"set 86's bert, bytes and compute x{scale:g}"] = path
     if args.builtin:
         path = folder / f"builtin-{args.builtin}.json"
         save_profile(load_profile(args.builtin), path)
