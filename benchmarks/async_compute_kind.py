@@ -60,15 +60,24 @@ def train_run(train: list[str], out: Path) -> tuple[float, float]:
     return measured["throughput"], steps["p95"] / steps["p50"]
 
 
-def fine_of(kind: str, profile: Path, network: Path, workers: int, shards: int, bandwidth: str) -> float:
-    """Fine's samples/s for a run of `kind`, as `validate` predicts it."""
-    comm = CommModel.from_network(load_network(str(network)))
+def fine_of(kind: str, profile: Path, workers: int, shards: int, bandwidth: str, network: Path = NETWORK):
+    """Fine's result (samples/s, a worker's step times) for a run of `kind`, as `validate` predicts it: a
+    sleeping replay less what sleeping workers do not pay, a replay without per-step variability."""
+    measured = load_network(str(network))
+    comm = CommModel.from_network(measured)
     if kind == "replay, sleep":
         comm = comm.for_sleeping_workers()
-    cluster = Cluster(workers, parse_bandwidth_bps(bandwidth), load_network(str(network)).p2p.alpha_s, shards)
-    made = predict(load_profile(str(profile)), cluster, Strategy(kind="ps-async"), comm, [workers],
-                   methods=("fine",), iterations=200, variability=kind == "real")
-    return made.results[0].throughput
+    cluster = Cluster(workers, parse_bandwidth_bps(bandwidth), measured.p2p.alpha_s, shards)
+    return predict(load_profile(str(profile)), cluster, Strategy(kind="ps-async"), comm, [workers],
+                   methods=("fine",), iterations=200, variability=kind == "real").results[0]
+
+
+def run_cells(runs: list[tuple[float, float]]) -> tuple[str, float]:
+    """A report's cells for one variant's runs ((samples/s, step spread) each): "speeds | median | spreads",
+    and the median samples/s."""
+    median = statistics.median(speed for speed, _ in runs)
+    return (f"{', '.join(f'{speed:.1f}' for speed, _ in runs)} | {median:.1f} | "
+            f"{', '.join(f'{spread:.2f}' for _, spread in runs)}"), median
 
 
 def main(argv: list[str]) -> int:
@@ -98,11 +107,9 @@ def main(argv: list[str]) -> int:
              "| compute | samples/s per run | median | step spread per run | fine (samples/s) | fine's error |",
              "|---|---|---:|---|---:|---:|"]
     for kind in KINDS:
-        speeds = [s for s, _ in runs[kind]]
-        fine = fine_of(kind, PROFILE, NETWORK, args.workers, args.shards, args.bandwidth)
-        median = statistics.median(speeds)
-        lines.append(f"| {kind} | {', '.join(f'{s:.1f}' for s in speeds)} | {median:.1f} | "
-                     f"{', '.join(f'{p:.2f}' for _, p in runs[kind])} | {fine:.1f} | {fine / median - 1:+.1%} |")
+        fine = fine_of(kind, PROFILE, args.workers, args.shards, args.bandwidth).throughput
+        cells, median = run_cells(runs[kind])
+        lines.append(f"| {kind} | {cells} | {fine:.1f} | {fine / median - 1:+.1%} |")
     text = "\n".join(lines) + "\n"
     print(text)
     (HERE / "results" / f"{args.output}.md").write_text(text)

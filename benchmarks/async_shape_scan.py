@@ -20,32 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
-from async_compute_kind import NETWORK, PROFILE, train_run
+from async_compute_kind import NETWORK, PROFILE, fine_of, run_cells, train_run
 
 from sgdscale.calibrate import to_step_time
-from sgdscale.cluster import Cluster
-from sgdscale.comm import CommModel
-from sgdscale.comm.network import load_network
-from sgdscale.predict import predict
 from sgdscale.profile import load_profile, save_profile
-from sgdscale.strategy import Strategy
-from sgdscale.units import parse_bandwidth_bps
 
 HERE = Path(__file__).resolve().parent
-
-
-def fine_of(profile_path: Path, workers: int, bandwidth: str) -> tuple[float, float, float]:
-    """Fine's (samples/s, a worker's mean step, step spread p95 / median) for a sleeping replay."""
-    network = load_network(str(NETWORK))
-    cluster = Cluster(workers, parse_bandwidth_bps(bandwidth), network.p2p.alpha_s, 1)
-    result = predict(load_profile(str(profile_path)), cluster, Strategy(kind="ps-async"),
-                     CommModel.from_network(network).for_sleeping_workers(), [workers], methods=("fine",),
-                     iterations=200, variability=False).results[0]
-    return result.throughput, result.iteration_s["mean"], result.iteration_s["p95"] / result.iteration_s["p50"]
 
 
 def main(argv: list[str]) -> int:
@@ -82,11 +65,11 @@ def main(argv: list[str]) -> int:
         path = folder / f"builtin-{args.builtin}.json"
         save_profile(load_profile(args.builtin), path)
         variants[f"built-in {args.builtin}"] = path
-    fine = {name: fine_of(path, args.workers, args.bandwidth) for name, path in variants.items()}
+    fine = {name: fine_of("replay, sleep", path, args.workers, 1, args.bandwidth) for name, path in variants.items()}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, path in variants.items():
-            iterations = max(10, math.ceil(args.window_s / fine[name][1]))
+            iterations = max(10, math.ceil(args.window_s / fine[name].iteration_s["mean"]))
             out = folder / f"{path.stem}-r{r}.json"
             runs[name].append(train_run([str(path), "--replay", "--replay-compute", "sleep", "--workers", str(args.workers),
                                          "--strategy", "ps-async", "--ps", "1", "--emulate", "--bandwidth", args.bandwidth,
@@ -101,11 +84,10 @@ def main(argv: list[str]) -> int:
              "| profile | samples/s per run | median | step spread per run | fine (samples/s) | fine's step spread | fine's error |",
              "|---|---|---:|---|---:|---:|---:|"]
     for name in variants:
-        speeds = [s for s, _ in runs[name]]
-        median = statistics.median(speeds)
-        lines.append(f"| {name} | {', '.join(f'{s:.1f}' for s in speeds)} | {median:.1f} | "
-                     f"{', '.join(f'{p:.2f}' for _, p in runs[name])} | {fine[name][0]:.1f} | {fine[name][2]:.2f} | "
-                     f"{fine[name][0] / median - 1:+.1%} |")
+        cells, median = run_cells(runs[name])
+        steps = fine[name].iteration_s
+        lines.append(f"| {name} | {cells} | {fine[name].throughput:.1f} | {steps['p95'] / steps['p50']:.2f} | "
+                     f"{fine[name].throughput / median - 1:+.1%} |")
     text = "\n".join(lines) + "\n"
     print(text)
     (HERE / "results" / f"{args.output}.md").write_text(text)
